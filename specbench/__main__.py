@@ -1,0 +1,4 @@
+from specbench.run import cli
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,87 @@
+"""Structured configs for the axes every run shares; a typo in any key fails at compose time.
+
+Method and task configs are defined next to their code (see `registry.py`); this file holds the
+target/drafter, logging and run schemas and the top-level `Config` that ties the groups together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+from specbench import paths
+
+
+@dataclass
+class ModelConfig:
+    """A target or drafter. `name_or_path` is a hub id, a `save_pretrained` directory, or
+    `specbench:<name>` for a model the project builds itself; null means no model (drafter=none)."""
+
+    name: str = MISSING
+    name_or_path: str | None = MISSING
+    kind: str = "causal"
+    revision: str | None = None
+    trust_remote_code: bool = False
+    dtype: str | None = None
+    device_map: str | None = None
+    chat_template: bool = False
+
+
+@dataclass
+class WandbConfig:
+    mode: str = "offline"
+    project: str = "specbench"
+    entity: str | None = None
+    group: str | None = None
+
+
+@dataclass
+class LoggingConfig:
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+
+
+@dataclass
+class RunConfig:
+    max_new_tokens: int = 128
+    limit: int | None = None
+    seed: int = 0
+    warmup: int = 2
+    baseline: bool = True
+    device: str = "auto"
+    dtype: str = "auto"
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    threads: int | None = None
+    results_dir: str = "results/runs"
+    experiment: str = "adhoc"
+    name: str | None = None
+    progress: bool = True
+
+
+@dataclass
+class Config:
+    target: ModelConfig = MISSING
+    drafter: ModelConfig = MISSING
+    method: Any = MISSING
+    task: Any = MISSING
+    logging: LoggingConfig = MISSING
+    run: RunConfig = MISSING
+
+
+def _register() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="schema", node=Config)
+    cs.store(group="target", name="schema_model", node=ModelConfig)
+    cs.store(group="drafter", name="schema_model", node=ModelConfig)
+    cs.store(group="logging", name="schema_logging", node=LoggingConfig)
+    cs.store(group="run", name="schema_run", node=RunConfig)
+    if not OmegaConf.has_resolver("data"):
+        OmegaConf.register_new_resolver("data", lambda rel: str(paths.data_dir() / rel))
+        OmegaConf.register_new_resolver("pkgdata", lambda rel: str(paths.PACKAGE_DATA / rel))
+
+
+_register()

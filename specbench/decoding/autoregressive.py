@@ -1,0 +1,57 @@
+"""The target's own plain decoding: one forward per token. It is the baseline arm of every run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specbench.decoding.generation import Generation
+from specbench.decoding.warp import Warp
+from specbench.metrics.speed import Stopwatch
+from specbench.models.causal import CausalLM
+from specbench.registry import MethodSpec, register_method
+
+
+class AutoregressiveDecoder:
+    def __init__(self, target: CausalLM, warp: Warp):
+        self.target = target
+        self.warp = warp
+
+    def generate(
+        self, prompt_ids: list[int], max_new_tokens: int, generator: torch.Generator
+    ) -> Generation:
+        target, stop_ids = self.target, self.target.eos_token_ids
+        clock = Stopwatch(target.device)
+        calls_before = target.calls
+        clock.start()
+        logits = target.prefill(prompt_ids)
+        tokens: list[int] = []
+        while True:
+            token = self.warp.sample(logits, generator)
+            tokens.append(token)
+            clock.first_token()
+            if token in stop_ids or len(tokens) == max_new_tokens:
+                break
+            logits = target.forward_tokens([token], keep=1)[0]
+        return Generation(
+            tokens=tokens,
+            wall_s=clock.elapsed(),
+            ttft_s=clock.ttft_s,
+            target_calls=target.calls - calls_before,
+        )
+
+
+@dataclass
+class ARConfig:
+    name: str = "ar"
+
+
+register_method(
+    MethodSpec(
+        name="ar",
+        config=ARConfig,
+        build=lambda cfg, target, drafter, warp: AutoregressiveDecoder(target, warp),
+        needs_drafter=False,
+    )
+)

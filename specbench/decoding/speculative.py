@@ -1,0 +1,88 @@
+"""The one draft-verify loop that every drafter plugs into."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from specbench.decoding.generation import Draft, Generation, cut_at_stop
+from specbench.decoding.verify import AcceptanceRule
+from specbench.decoding.warp import Warp
+from specbench.metrics.speed import Stopwatch
+from specbench.models.causal import CausalLM
+
+
+class Drafter(Protocol):
+    calls: int
+
+    def reset(self) -> None: ...
+
+    def draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft: ...
+
+
+class GammaSchedule:
+    """Draft length per round: `constant`, or HF's `heuristic` (+2 after a fully accepted draft,
+    -1 otherwise, never below 1)."""
+
+    def __init__(self, gamma: int, kind: str):
+        self.start, self.kind = gamma, kind
+
+    def next(self, gamma: int, n_accepted: int, n_drafted: int) -> int:
+        if self.kind == "constant":
+            return gamma
+        return gamma + 2 if n_accepted == n_drafted else max(1, gamma - 1)
+
+
+class SpeculativeDecoder:
+    def __init__(
+        self,
+        target: CausalLM,
+        drafter: Drafter,
+        rule: AcceptanceRule,
+        warp: Warp,
+        schedule: GammaSchedule,
+    ):
+        self.target, self.drafter, self.rule = target, drafter, rule
+        self.warp, self.schedule = warp, schedule
+
+    def generate(
+        self, prompt_ids: list[int], max_new_tokens: int, generator: torch.Generator
+    ) -> Generation:
+        target, drafter, stop_ids = self.target, self.drafter, self.target.eos_token_ids
+        clock = Stopwatch(target.device)
+        target_calls, drafter_calls = target.calls, drafter.calls
+        clock.start()
+        target.reset()
+        drafter.reset()
+        tokens: list[int] = []
+        unread = list(prompt_ids)  # tokens the target has not seen yet: the prompt, then the last emitted one
+        gamma, draft_lengths, accepted, draft_s = self.schedule.start, [], [], 0.0
+        while len(tokens) < max_new_tokens:
+            n_draft = min(gamma, max_new_tokens - len(tokens) - 1)  # a round emits up to n_draft + 1
+            draft = drafter.draft(prompt_ids + tokens, n_draft, generator)
+            logits = target.forward_tokens(unread + draft.tokens, keep=len(draft.tokens) + 1)
+            n_accepted, next_token = self.rule(
+                logits, draft.q_probs, draft.tokens, self.warp, generator
+            )
+            target.rollback(target.length - (len(draft.tokens) - n_accepted))
+            emitted, stopped = cut_at_stop(draft.tokens[:n_accepted] + [next_token], stop_ids)
+            tokens += emitted
+            unread = [next_token]
+            clock.first_token()
+            draft_lengths.append(len(draft.tokens))
+            accepted.append(n_accepted)
+            draft_s += draft.seconds
+            gamma = self.schedule.next(gamma, n_accepted, len(draft.tokens))
+            if stopped:
+                break
+        return Generation(
+            tokens=tokens,
+            wall_s=clock.elapsed(),
+            ttft_s=clock.ttft_s,
+            target_calls=target.calls - target_calls,
+            drafter_calls=drafter.calls - drafter_calls,
+            draft_s=draft_s,
+            draft_lengths=draft_lengths,
+            accepted=accepted,
+        )

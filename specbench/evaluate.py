@@ -1,0 +1,105 @@
+"""The loop over samples: warm-up, then per sample the baseline and method arms (order
+alternating, same seed), scoring, and one record appended the moment the sample is done."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tqdm import tqdm
+from transformers import PreTrainedTokenizerBase
+
+from specbench.decoding.generation import Decoder, Generation
+from specbench.metrics.summary import first_divergence
+from specbench.results.store import RunStore
+from specbench.results.wandb import WandbMirror
+from specbench.tasks.base import Sample, Task
+
+
+@dataclass
+class Arms:
+    method: Decoder
+    baseline: Decoder | None
+
+
+def sample_seed(seed: int, sample_id: str) -> int:
+    """Stable across processes and machines (Python's hash() is salted per process)."""
+    return zlib.crc32(f"{seed}:{sample_id}".encode())
+
+
+def _arm_fields(gen: Generation, text: str, quality: dict[str, float]) -> dict[str, Any]:
+    return {
+        "output_ids": gen.tokens,
+        "new_tokens": len(gen.tokens),
+        "wall_s": gen.wall_s,
+        "ttft_s": gen.ttft_s,
+        "target_calls": gen.target_calls,
+        "text": text,
+        "quality": quality,
+    }
+
+
+def evaluate(
+    arms: Arms,
+    task: Task,
+    samples: list[Sample],
+    prompt_ids: dict[str, list[int]],
+    tokenizer: PreTrainedTokenizerBase,
+    device: torch.device,
+    run_cfg: Any,
+    store: RunStore,
+    mirror: WandbMirror,
+) -> None:
+    todo = [s for s in samples if s.id not in store.done]
+    if not todo:
+        return
+    max_new = run_cfg.max_new_tokens
+
+    def run_arm(decoder: Decoder, sample: Sample) -> Generation:
+        generator = torch.Generator(device=device).manual_seed(sample_seed(run_cfg.seed, sample.id))
+        return decoder.generate(prompt_ids[sample.id], max_new, generator)
+
+    for i in range(run_cfg.warmup):
+        for decoder in filter(None, (arms.baseline, arms.method)):
+            run_arm(decoder, todo[i % len(todo)])
+
+    bar = tqdm(todo, desc="samples", unit="sample", disable=not run_cfg.progress, dynamic_ncols=True)
+    tokens = seconds = calls = 0.0
+    for k, sample in enumerate(bar):
+        order = ("baseline", "method") if k % 2 == 0 else ("method", "baseline")
+        gens: dict[str, Generation] = {}
+        for arm in order:
+            decoder = getattr(arms, arm)
+            if decoder is not None:
+                gens[arm] = run_arm(decoder, sample)
+        gen = gens["method"]
+        text = tokenizer.decode(gen.tokens, skip_special_tokens=True)
+        record = {
+            "id": sample.id,
+            "meta": sample.meta,
+            "prompt_tokens": len(prompt_ids[sample.id]),
+            **_arm_fields(gen, text, task.score(sample, text)),
+            "decode_s": gen.wall_s - gen.ttft_s,
+            "drafter_calls": gen.drafter_calls,
+            "draft_s": gen.draft_s,
+            "draft_tokens": sum(gen.draft_lengths),
+            "accepted_tokens": sum(gen.accepted),
+            "draft_lengths": gen.draft_lengths,
+            "accepted_per_round": gen.accepted,
+            "accept_lengths": [a + 1 for a in gen.accepted] or [1] * len(gen.tokens),
+            "first_divergence": None,
+            "baseline": None,
+        }
+        if "baseline" in gens:
+            base = gens["baseline"]
+            base_text = tokenizer.decode(base.tokens, skip_special_tokens=True)
+            record["baseline"] = _arm_fields(base, base_text, task.score(sample, base_text))
+            record["first_divergence"] = first_divergence(gen.tokens, base.tokens)
+        store.append(record)
+        mirror.log_sample(record)
+        tokens += record["new_tokens"]
+        seconds += record["wall_s"]
+        calls += record["target_calls"]
+        bar.set_postfix(tok_s=f"{tokens / seconds:.1f}", tau=f"{tokens / calls:.2f}")

@@ -1,0 +1,74 @@
+"""`CausalLM`: any `AutoModelForCausalLM` with a KV cache that extends and rolls back."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from specbench.metrics.speed import synchronize
+
+
+class CausalLM:
+    """Keeps one sequence's KV cache. `forward_tokens` feeds new tokens after the cached ones;
+    `rollback` crops rejected tokens so an accepted prefix is never recomputed."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.device = model.get_input_embeddings().weight.device
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self.eos_token_ids = eos_token_ids(model, tokenizer)
+        self.calls = 0
+        self.time_forwards = False  # benchmarks switch this on to split model time from harness time
+        self.forward_s = 0.0
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self.length = 0
+
+    @torch.inference_mode()
+    def forward_tokens(self, ids: list[int], keep: int | None = None) -> torch.Tensor:
+        """Append `ids` to the cached sequence; return float32 logits of the last `keep` positions
+        (all by default), row i predicting the token after position i."""
+        keep = len(ids) if keep is None else keep
+        input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
+        if self.time_forwards:
+            synchronize(self.device)
+            t0 = time.perf_counter()
+        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=keep)
+        if self.time_forwards:
+            synchronize(self.device)
+            self.forward_s += time.perf_counter() - t0
+        self.calls += 1
+        self.length += len(ids)
+        return out.logits[0, -keep:].float()
+
+    def prefill(self, ids: list[int]) -> torch.Tensor:
+        """Start a new sequence; logits of the next token after `ids`."""
+        self.reset()
+        return self.forward_tokens(ids, keep=1)[0]
+
+    def rollback(self, length: int) -> None:
+        """Forget every cached position from `length` on."""
+        remove = self.length - length
+        if remove < 0:
+            raise ValueError(f"cannot roll back to {length}: only {self.length} tokens cached")
+        if remove:
+            self.cache.crop(-remove)
+            self.length = length
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    """Every id that ends a generation: the generation config's (often a list) and the tokenizer's."""
+    ids: set[int] = set()
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (gen_eos, tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif value is not None:
+            ids.update(value)
+    return ids

@@ -1,0 +1,93 @@
+"""Load targets and drafters from the hub, a local `save_pretrained` directory, or a built-in.
+
+Everything here except `load_causal_lm` reads only configs and tokenizers, so validation can
+run before any weight loads.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from specbench import paths
+from specbench.config import ModelConfig
+from specbench.errors import ConfigError
+from specbench.models.causal import CausalLM
+from specbench.registry import BUILTIN_MODELS, discover
+
+BUILTIN_PREFIX = "specbench:"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve(cfg: ModelConfig, key: str) -> str:
+    """The path or hub id to hand to `from_pretrained`; a built-in is written once to the cache."""
+    ref = cfg.name_or_path
+    if not ref.startswith(BUILTIN_PREFIX):
+        return ref
+    discover()
+    name = ref[len(BUILTIN_PREFIX) :]
+    if name not in BUILTIN_MODELS:
+        raise ConfigError(f"{key}.name_or_path", ref, f"built-ins are {sorted(BUILTIN_MODELS)}")
+    out = paths.cache_dir() / "models" / name
+    if not (out / "config.json").exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{name}-"))
+        BUILTIN_MODELS[name](tmp)
+        try:
+            os.replace(tmp, out)  # atomic: parallel sweep jobs never see a half-written model
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)  # another job won the race
+    return str(out)
+
+
+def load_tokenizer(cfg: ModelConfig, key: str) -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(
+        resolve(cfg, key), revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
+    )
+
+
+def context_length(cfg: ModelConfig, key: str) -> int | None:
+    """The model's maximum sequence length, read from its config (no weights)."""
+    config = AutoConfig.from_pretrained(
+        resolve(cfg, key), revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
+    )
+    text = config.get_text_config()
+    for attr in ("max_position_embeddings", "n_positions", "n_ctx", "seq_length"):
+        value = getattr(text, attr, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """`auto` is bfloat16 on an accelerator and float32 on a CPU, where bf16 matmuls are slow."""
+    if name == "auto":
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    return DTYPES[name]
+
+
+def load_causal_lm(cfg: ModelConfig, key: str, device: torch.device, run_dtype: str) -> CausalLM:
+    """Load weights. With `device_map` set, accelerate places (and may shard) the model."""
+    path = resolve(cfg, key)
+    dtype = resolve_dtype(cfg.dtype or run_dtype, device)
+    model = AutoModelForCausalLM.from_pretrained(
+        path,
+        revision=cfg.revision,
+        trust_remote_code=cfg.trust_remote_code,
+        dtype=dtype,
+        device_map=cfg.device_map,
+    )
+    if cfg.device_map is None:
+        model.to(device)
+    return CausalLM(model, load_tokenizer(cfg, key), cfg.name)

@@ -1,0 +1,240 @@
+"""The Hydra entry point: compose -> validate (no weights) -> load -> evaluate -> summarise."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+from specbench import paths
+from specbench.decoding.autoregressive import AutoregressiveDecoder
+from specbench.decoding.warp import Warp
+from specbench.errors import ConfigError
+from specbench.evaluate import Arms, evaluate
+from specbench.metrics.summary import summarize
+from specbench.models import loading
+from specbench.registry import METHODS, TASKS, MethodSpec, discover
+from specbench.results.env import environment, fingerprint
+from specbench.results.store import RunStore, config_hash
+from specbench.results.wandb import WandbMirror
+from specbench.tasks.base import Sample, Task
+
+discover()  # method and task schemas must be in Hydra's ConfigStore before it composes
+
+GROUPS = ("target", "drafter", "method", "task", "logging", "run", "experiment")
+NO_DRAFTER = {"name": "none", "name_or_path": None, "kind": "none", "revision": None,
+              "trust_remote_code": False, "dtype": None, "device_map": None, "chat_template": False}
+
+
+@dataclass
+class Plan:
+    """Everything validated and tokenised; nothing loaded yet."""
+
+    config: dict[str, Any]
+    run_id: str
+    method: MethodSpec
+    warp: Warp
+    task: Task
+    samples: list[Sample]
+    prompt_ids: dict[str, list[int]]
+    tokenizer: Any
+    device: torch.device
+    store: RunStore
+
+
+def _check_run(run: Any) -> None:
+    checks = [
+        ("run.max_new_tokens", run.max_new_tokens, run.max_new_tokens >= 1, "must be an integer >= 1"),
+        ("run.temperature", run.temperature, run.temperature >= 0, "must be >= 0 (0 = greedy)"),
+        ("run.top_p", run.top_p, 0 < run.top_p <= 1, "must be in (0, 1]"),
+        ("run.top_k", run.top_k, run.top_k >= 0, "must be >= 0 (0 = off)"),
+        ("run.warmup", run.warmup, run.warmup >= 0, "must be >= 0"),
+        ("run.limit", run.limit, run.limit is None or run.limit >= 1, "must be null (all) or >= 1"),
+        ("run.dtype", run.dtype, run.dtype == "auto" or run.dtype in loading.DTYPES,
+         f"allowed: auto, {', '.join(loading.DTYPES)}"),
+    ]
+    for key, value, ok, allowed in checks:
+        if not ok:
+            raise ConfigError(key, value, allowed)
+    try:
+        device = loading.resolve_device(run.device)
+    except RuntimeError:
+        raise ConfigError("run.device", run.device, "allowed: auto, cpu, cuda, cuda:N, mps") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("run.device", run.device, "no CUDA device here; use auto or cpu")
+
+
+def _check_model(cfg: Any, key: str) -> None:
+    if cfg.dtype is not None and cfg.dtype not in loading.DTYPES:
+        raise ConfigError(f"{key}.dtype", cfg.dtype, f"allowed: null (run.dtype), {', '.join(loading.DTYPES)}")
+
+
+def _same_tokenizer(a: Any, b: Any) -> str | None:
+    """Why two tokenizers differ, or None when vocabulary and special ids all match."""
+    va, vb = a.get_vocab(), b.get_vocab()
+    if va != vb:
+        return f"vocabularies differ ({len(vb)} vs {len(va)} entries)"
+    for attr in ("eos_token_id", "bos_token_id", "pad_token_id", "unk_token_id"):
+        if getattr(a, attr) != getattr(b, attr):
+            return f"{attr} differs ({getattr(b, attr)} vs {getattr(a, attr)})"
+    return None
+
+
+def prepare(cfg: DictConfig) -> Plan:
+    """Validate everything that can be checked without weights; raise ConfigError otherwise."""
+    discover()
+    _check_run(cfg.run)
+    if cfg.method.name not in METHODS:
+        raise ConfigError("method", cfg.method.name, f"allowed: {', '.join(sorted(METHODS))}")
+    method = METHODS[cfg.method.name]
+    warp = Warp(cfg.run.temperature, cfg.run.top_k, cfg.run.top_p)
+    method.check(cfg.method, warp)
+    if cfg.target.kind != "causal":
+        raise ConfigError("target.kind", cfg.target.kind, f"method {method.name} needs a causal target")
+    _check_model(cfg.target, "target")
+    if method.needs_drafter:
+        if cfg.drafter.name_or_path is None:
+            raise ConfigError("drafter", cfg.drafter.name, f"method {method.name} needs a drafter (e.g. drafter=gpt2)")
+        if cfg.drafter.kind != "causal":
+            raise ConfigError("drafter.kind", cfg.drafter.kind, f"method {method.name} needs a causal drafter")
+        _check_model(cfg.drafter, "drafter")
+    if cfg.logging.wandb.mode not in ("offline", "online", "disabled"):
+        raise ConfigError("logging.wandb.mode", cfg.logging.wandb.mode, "allowed: offline, online, disabled")
+
+    config = OmegaConf.to_container(cfg, resolve=True)
+    if not method.needs_drafter:
+        config["drafter"] = dict(NO_DRAFTER)  # irrelevant to this method: not in its identity
+    tokenizer = loading.load_tokenizer(cfg.target, "target")
+    contexts = [("target", loading.context_length(cfg.target, "target"))]
+    if method.needs_drafter:
+        why = _same_tokenizer(tokenizer, loading.load_tokenizer(cfg.drafter, "drafter"))
+        if why:
+            raise ConfigError("drafter", cfg.drafter.name, f"its tokenizer differs from the target's: {why}; allowed: a drafter sharing the target's tokenizer")
+        contexts.append(("drafter", loading.context_length(cfg.drafter, "drafter")))
+
+    if cfg.task.name not in TASKS:
+        raise ConfigError("task", cfg.task.name, f"allowed: {', '.join(sorted(TASKS))}")
+    task = TASKS[cfg.task.name].build(cfg.task)
+    samples = task.samples()[: cfg.run.limit]
+    if not samples:
+        raise ConfigError("task", cfg.task.name, "has no samples with these settings")
+    prompt_ids = {s.id: task.prompt_ids(tokenizer, s, cfg.target.chat_template) for s in samples}
+    for sample in samples:
+        need = len(prompt_ids[sample.id]) + cfg.run.max_new_tokens
+        for key, ctx in contexts:
+            if ctx is not None and need > ctx:
+                raise ConfigError(
+                    f"{cfg.task.name}[{sample.id}]",
+                    f"{len(prompt_ids[sample.id])} prompt tokens",
+                    f"prompt + run.max_new_tokens ({cfg.run.max_new_tokens}) must fit the {key}'s context of {ctx} tokens",
+                )
+
+    digest = config_hash(config)
+    run_id = cfg.run.name or "-".join(
+        [cfg.method.name, cfg.target.name, config["drafter"]["name"], cfg.task.name, digest[:8]]
+    )
+    store = RunStore.open(config, run_id)
+    return Plan(config, run_id, method, warp, task, samples, prompt_ids, tokenizer,
+                loading.resolve_device(cfg.run.device), store)
+
+
+def execute(plan: Plan) -> dict[str, Any]:
+    """Load weights, decode every unfinished sample, write summary and environment."""
+    cfg = OmegaConf.create(plan.config)
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    target = loading.load_causal_lm(cfg.target, "target", plan.device, cfg.run.dtype)
+    drafter = (
+        loading.load_causal_lm(cfg.drafter, "drafter", plan.device, cfg.run.dtype)
+        if plan.method.needs_drafter else None
+    )
+    decoder = plan.method.build(cfg.method, target, drafter, plan.warp)
+    arms = Arms(method=decoder, baseline=AutoregressiveDecoder(target, plan.warp) if cfg.run.baseline else None)
+    env = environment(plan.device, config_hash(plan.config))
+    plan.store.write_json("env.json", env)
+    mirror = WandbMirror(plan.config["logging"]["wandb"], plan.store.run_dir, plan.run_id,
+                         cfg.run.experiment, plan.config)
+    try:
+        evaluate(arms, plan.task, plan.samples, plan.prompt_ids, plan.tokenizer, plan.device,
+                 cfg.run, plan.store, mirror)
+    finally:
+        plan.store.close()
+    records = [r for r in plan.store.records if r["id"] in {s.id for s in plan.samples}]
+    summary = {
+        "run_id": plan.run_id,
+        "method": plan.method.name,
+        "target": cfg.target.name,
+        "drafter": plan.config["drafter"]["name"],
+        "task": cfg.task.name,
+        "lossless": plan.method.lossless(cfg.method, plan.warp),
+        **summarize(records, greedy=plan.warp.greedy),
+        "env": fingerprint(env),
+    }
+    plan.store.write_json("summary.json", summary)
+    mirror.finish(records, summary)
+    print_summary(summary, plan.store.run_dir)
+    return summary
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_summary(summary: dict[str, Any], run_dir: Any) -> None:
+    table = Table(title=f"{summary['run_id']}  ({summary['n_samples']} samples)")
+    for col in ("speedup", "tok/s", "base tok/s", "tau", "accept rate", "tpf", "ttft ms", "lossless"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        _fmt(summary.get("speedup"), ".2f"),
+        _fmt(summary.get("tok_s"), ".1f"),
+        _fmt(summary.get("baseline_tok_s"), ".1f"),
+        _fmt(summary.get("tau"), ".2f"),
+        _fmt(summary.get("acceptance_rate"), ".2f"),
+        _fmt(summary.get("tpf"), ".2f"),
+        _fmt(summary.get("ttft_ms"), ".1f"),
+        _fmt(summary.get("lossless_rate"), ".2f"),
+    )
+    console = Console()
+    console.print(table)
+    console.print(f"[dim]{summary['env']}[/dim]")
+    console.print(f"records: {run_dir}")
+
+
+@hydra.main(version_base="1.3", config_path=str(paths.CONF_DIR), config_name="config")
+def main(cfg: DictConfig) -> dict[str, Any] | None:
+    try:
+        plan = prepare(cfg)
+    except ConfigError as err:
+        print(f"specbench: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return execute(plan)
+
+
+def check_group_choices(argv: list[str]) -> None:
+    """Fail fast, in one line, on `group=value` overrides naming no config file (Hydra's own
+    message for this spans a screen)."""
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        key = key.lstrip("+~")
+        if not sep or key not in GROUPS or "(" in value:
+            continue
+        group_dir = paths.CONF_DIR / key
+        allowed = sorted(p.stem for p in group_dir.glob("*.yaml"))
+        for choice in value.split(","):
+            if choice and choice not in allowed:
+                raise ConfigError(key, choice, f"unknown {key}; allowed: {', '.join(allowed)}")
+
+
+def cli() -> None:
+    try:
+        check_group_choices(sys.argv[1:])
+    except ConfigError as err:
+        print(f"specbench: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    main()
