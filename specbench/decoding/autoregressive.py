@@ -31,7 +31,7 @@ class AutoregressiveDecoder:
             token = self.warp.sample(logits, generator)
             tokens.append(token)
             clock.first_token()
-            if token in stop_ids or len(tokens) == max_new_tokens:
+            if token in stop_ids or len(tokens) >= max_new_tokens:
                 break
             logits = target.forward_tokens([token], keep=1)[0]
         return Generation(

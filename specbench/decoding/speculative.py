@@ -22,8 +22,9 @@ class Drafter(Protocol):
 
 
 class GammaSchedule:
-    """Draft length per round: `constant`, or HF's `heuristic` (+2 after a fully accepted draft,
-    -1 otherwise, never below 1)."""
+    """Draft length per round: `constant`, or `heuristic`, HF's rule (+2 after a fully accepted
+    draft, -1 otherwise, never below 1) restarted at gamma for every sample, as HF's
+    `heuristic_transient` does, so a sample's result never depends on the samples before it."""
 
     def __init__(self, gamma: int, kind: str):
         self.start, self.kind = gamma, kind

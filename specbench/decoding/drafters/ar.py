@@ -27,12 +27,22 @@ def common_prefix_len(a: list[int], b: list[int], known: int = 0) -> int:
     return i
 
 
-class ARDrafter:
-    """Drafts autoregressively. Its cache holds the last context plus all but the last draft
-    token; on the next call only what changed (rejected drafts) is rolled back and re-read."""
+def fit_vocab(logits: torch.Tensor, size: int) -> torch.Tensor:
+    """Logits over exactly `size` ids: extra rows dropped, missing ones at -inf."""
+    if logits.shape[-1] >= size:
+        return logits[..., :size]
+    pad = logits.new_full((*logits.shape[:-1], size - logits.shape[-1]), float("-inf"))
+    return torch.cat([logits, pad], dim=-1)
 
-    def __init__(self, lm: CausalLM, warp: Warp):
-        self.lm, self.warp = lm, warp
+
+class ARDrafter:
+    """Drafts autoregressively, stopping early at a stop token. Its cache holds the last context
+    plus all but the last draft token; on the next call only what changed (rejected drafts) is
+    rolled back and re-read. Its logits are cut or padded to the target's vocabulary size
+    (checkpoints of one tokenizer may pad their embedding matrices differently)."""
+
+    def __init__(self, lm: CausalLM, warp: Warp, stop_ids: set[int], vocab_size: int):
+        self.lm, self.warp, self.stop_ids, self.vocab_size = lm, warp, stop_ids, vocab_size
         self.cached: list[int] = []
         self.context_len = 0
 
@@ -55,7 +65,7 @@ class ARDrafter:
         tokens: list[int] = []
         q_rows: list[torch.Tensor] = []
         for _ in range(n):
-            logits = self.lm.forward_tokens(feed, keep=1)[0]
+            logits = fit_vocab(self.lm.forward_tokens(feed, keep=1)[0], self.vocab_size)
             if self.warp.greedy:
                 token = int(logits.argmax())
             else:
@@ -63,12 +73,14 @@ class ARDrafter:
                 token = int(torch.multinomial(q, 1, generator=generator))
                 q_rows.append(q)
             tokens.append(token)
+            if token in self.stop_ids:
+                break
             feed = [token]
         self.cached = context + tokens[:-1]
         self.context_len = len(context)
         synchronize(self.lm.device)
         q_probs = torch.stack(q_rows) if q_rows else None
-        return Draft(tokens, q_probs, n, time.perf_counter() - t0)
+        return Draft(tokens, q_probs, len(tokens), time.perf_counter() - t0)
 
 
 @dataclass
@@ -93,7 +105,7 @@ def check(cfg: SpSConfig, warp: Warp) -> None:
 def build(cfg: SpSConfig, target: CausalLM, drafter: CausalLM, warp: Warp) -> SpeculativeDecoder:
     rule = RULES[resolve_rule(cfg.rule, warp)]
     return SpeculativeDecoder(
-        target, ARDrafter(drafter, warp), rule, warp, GammaSchedule(cfg.gamma, cfg.schedule)
+        target, ARDrafter(drafter, warp, target.eos_token_ids, target.vocab_size), rule, warp, GammaSchedule(cfg.gamma, cfg.schedule)
     )
 
 

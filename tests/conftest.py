@@ -1,0 +1,46 @@
+"""Shared fixtures: the random-init built-ins written once per test session into a temp cache."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from specbench import paths
+from specbench.config import ModelConfig
+from specbench.models.causal import CausalLM
+from specbench.models.loading import load_causal_lm
+
+
+@pytest.fixture(scope="session", autouse=True)
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cache = tmp_path_factory.mktemp("specbench-cache")
+    os.environ["SPECBENCH_CACHE"] = str(cache)  # subprocesses inherit it
+    os.environ["WANDB_SILENT"] = "true"
+    return cache
+
+
+def builtin(name: str) -> CausalLM:
+    cfg = ModelConfig(name=name, name_or_path=f"specbench:{name}")
+    return load_causal_lm(cfg, "target", torch.device("cpu"), "float32")
+
+
+@pytest.fixture(scope="session")
+def target() -> CausalLM:
+    return builtin("random-gpt2")
+
+
+@pytest.fixture(scope="session")
+def drafter() -> CausalLM:
+    return builtin("random-gpt2-draft")
+
+
+def compose_cfg(*overrides: str) -> DictConfig:
+    """The config `specbench-run` would compose, with W&B off and no warm-up by default."""
+    defaults = ["logging.wandb.mode=disabled", "run.warmup=0", "run.progress=false"]
+    with initialize_config_dir(str(paths.CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=[*defaults, *overrides])

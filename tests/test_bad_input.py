@@ -1,0 +1,107 @@
+"""Every bad input fails before any weight loads, in one line naming key, value and what is allowed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from conftest import compose_cfg
+from specbench.errors import ConfigError
+from specbench.models import loading
+from specbench.models.random_init import gpt2_tokenizer
+from specbench.run import check_group_choices, prepare
+
+
+@pytest.fixture(autouse=True)
+def no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("weights were loaded before validation finished")
+
+    monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", refuse)
+
+
+def fails(overrides: list[str], key: str, value: str, tmp_path: Path) -> str:
+    cfg = compose_cfg(f"run.results_dir={tmp_path / 'results'}", *overrides)
+    with pytest.raises(ConfigError) as err:
+        prepare(cfg)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"{key}=") and value in message
+    return message
+
+
+@pytest.mark.parametrize("group", ["target", "drafter", "method", "task"])
+def test_unknown_group_choice(group: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        check_group_choices(["run.limit=2", f"{group}=nonexistent"])
+    assert str(err.value).startswith(f"{group}='nonexistent'") and "allowed:" in str(err.value)
+
+
+def test_unknown_choice_inside_a_sweep() -> None:
+    with pytest.raises(ConfigError, match="method='spd'"):
+        check_group_choices(["-m", "method=ar,spd"])
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "value"),
+    [
+        ("method.gamma=0", "method.gamma", "0"),
+        ("run.max_new_tokens=0", "run.max_new_tokens", "0"),
+        ("run.temperature=-0.5", "run.temperature", "-0.5"),
+        ("run.top_p=1.5", "run.top_p", "1.5"),
+    ],
+)
+def test_knob_out_of_range(override: str, key: str, value: str, tmp_path: Path) -> None:
+    assert "must be" in fails([override], key, value, tmp_path)
+
+
+def test_greedy_rule_with_sampling(tmp_path: Path) -> None:
+    fails(["method.rule=greedy", "run.temperature=0.7"], "method.rule", "greedy", tmp_path)
+
+
+def test_speculative_method_without_a_drafter(tmp_path: Path) -> None:
+    fails(["drafter=none"], "drafter", "none", tmp_path)
+
+
+def test_drafter_with_another_tokenizer(tmp_path: Path) -> None:
+    odd = tmp_path / "odd-drafter"
+    tokenizer = gpt2_tokenizer()
+    tokenizer.add_tokens(["<odd>"])
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_layer=1, n_embd=32, n_head=2)).save_pretrained(odd)
+    tokenizer.save_pretrained(odd)
+    message = fails([f"drafter.name_or_path={odd}", "drafter.name=odd"], "drafter", "odd", tmp_path)
+    assert "vocabularies differ" in message
+
+
+def test_prompt_longer_than_the_context(tmp_path: Path) -> None:
+    prompts = tmp_path / "long.jsonl"
+    prompts.write_text(json.dumps({"id": "short", "prompt": "hi"}) + "\n"
+                       + json.dumps({"id": "long", "prompt": "word " * 2100}) + "\n")
+    message = fails([f"task.path={prompts}"], "prompts[long]", "2101 prompt tokens", tmp_path)
+    assert "context of 2048" in message
+
+
+def test_malformed_prompts_file_names_the_line(tmp_path: Path) -> None:
+    prompts = tmp_path / "bad.jsonl"
+    prompts.write_text('{"id": 1, "prompt": "fine"}\n{"id": 2, "prompt": oops}\n')
+    assert "line 2" in fails([f"task.path={prompts}"], "task.path", str(prompts), tmp_path)
+    prompts.write_text('{"id": 1, "prompt": "fine"}\n{"id": 2}\n')
+    assert "line 2" in fails([f"task.path={prompts}"], "task.path", str(prompts), tmp_path)
+
+
+def test_unwritable_results_dir(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cfg = compose_cfg(f"run.results_dir={blocker / 'results'}")
+    with pytest.raises(ConfigError) as err:
+        prepare(cfg)
+    assert str(err.value).startswith("run.results_dir=") and "writable" in str(err.value)
+
+
+def test_records_of_another_config_are_not_mixed(tmp_path: Path) -> None:
+    prepare(compose_cfg(f"run.results_dir={tmp_path / 'results'}", "run.name=mine")).store.close()
+    message = fails(["run.name=mine", "method.gamma=8"], "run.name", "mine", tmp_path)
+    assert "method.gamma: 4 -> 8" in message and "delete" in message
