@@ -65,7 +65,9 @@ def evaluate(
         for decoder in filter(None, (arms.baseline, arms.method)):
             run_arm(decoder, todo[i % len(todo)])
 
-    bar = tqdm(todo, desc="samples", unit="sample", disable=not run_cfg.progress, dynamic_ncols=True)
+    bar = tqdm(
+        todo, desc="samples", unit="sample", disable=not run_cfg.progress, dynamic_ncols=True
+    )
     tokens = seconds = calls = 0.0
     for k, sample in enumerate(bar):
         order = ("baseline", "method") if k % 2 == 0 else ("method", "baseline")

@@ -23,7 +23,9 @@ class MethodSpec:
     build: Callable[..., Any]  # (method_cfg, target, drafter, warp) -> Decoder
     needs_drafter: bool
     check: Callable[[Any, Any], None] = lambda cfg, warp: None  # raises ConfigError on a bad knob
-    lossless: Callable[[Any, Any], bool] = lambda cfg, warp: True  # output distributed as the target's
+    lossless: Callable[[Any, Any], bool] = lambda cfg, warp: (
+        True
+    )  # output distributed as the target's
 
 
 @dataclass(frozen=True)

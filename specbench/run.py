@@ -28,8 +28,16 @@ from specbench.tasks.base import Sample, Task
 discover()  # method and task schemas must be in Hydra's ConfigStore before it composes
 
 GROUPS = ("target", "drafter", "method", "task", "logging", "run", "experiment")
-NO_DRAFTER = {"name": "none", "name_or_path": None, "kind": "none", "revision": None,
-              "trust_remote_code": False, "dtype": None, "device_map": None, "chat_template": False}
+NO_DRAFTER = {
+    "name": "none",
+    "name_or_path": None,
+    "kind": "none",
+    "revision": None,
+    "trust_remote_code": False,
+    "dtype": None,
+    "device_map": None,
+    "chat_template": False,
+}
 
 
 @dataclass
@@ -50,14 +58,23 @@ class Plan:
 
 def _check_run(run: Any) -> None:
     checks = [
-        ("run.max_new_tokens", run.max_new_tokens, run.max_new_tokens >= 1, "must be an integer >= 1"),
+        (
+            "run.max_new_tokens",
+            run.max_new_tokens,
+            run.max_new_tokens >= 1,
+            "must be an integer >= 1",
+        ),
         ("run.temperature", run.temperature, run.temperature >= 0, "must be >= 0 (0 = greedy)"),
         ("run.top_p", run.top_p, 0 < run.top_p <= 1, "must be in (0, 1]"),
         ("run.top_k", run.top_k, run.top_k >= 0, "must be >= 0 (0 = off)"),
         ("run.warmup", run.warmup, run.warmup >= 0, "must be >= 0"),
         ("run.limit", run.limit, run.limit is None or run.limit >= 1, "must be null (all) or >= 1"),
-        ("run.dtype", run.dtype, run.dtype == "auto" or run.dtype in loading.DTYPES,
-         f"allowed: auto, {', '.join(loading.DTYPES)}"),
+        (
+            "run.dtype",
+            run.dtype,
+            run.dtype == "auto" or run.dtype in loading.DTYPES,
+            f"allowed: auto, {', '.join(loading.DTYPES)}",
+        ),
     ]
     for key, value, ok, allowed in checks:
         if not ok:
@@ -65,14 +82,18 @@ def _check_run(run: Any) -> None:
     try:
         device = loading.resolve_device(run.device)
     except RuntimeError:
-        raise ConfigError("run.device", run.device, "allowed: auto, cpu, cuda, cuda:N, mps") from None
+        raise ConfigError(
+            "run.device", run.device, "allowed: auto, cpu, cuda, cuda:N, mps"
+        ) from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("run.device", run.device, "no CUDA device here; use auto or cpu")
 
 
 def _check_model(cfg: Any, key: str) -> None:
     if cfg.dtype is not None and cfg.dtype not in loading.DTYPES:
-        raise ConfigError(f"{key}.dtype", cfg.dtype, f"allowed: null (run.dtype), {', '.join(loading.DTYPES)}")
+        raise ConfigError(
+            f"{key}.dtype", cfg.dtype, f"allowed: null (run.dtype), {', '.join(loading.DTYPES)}"
+        )
 
 
 def _same_tokenizer(a: Any, b: Any) -> str | None:
@@ -96,16 +117,26 @@ def prepare(cfg: DictConfig) -> Plan:
     warp = Warp(cfg.run.temperature, cfg.run.top_k, cfg.run.top_p)
     method.check(cfg.method, warp)
     if cfg.target.kind != "causal":
-        raise ConfigError("target.kind", cfg.target.kind, f"method {method.name} needs a causal target")
+        raise ConfigError(
+            "target.kind", cfg.target.kind, f"method {method.name} needs a causal target"
+        )
     _check_model(cfg.target, "target")
     if method.needs_drafter:
         if cfg.drafter.name_or_path is None:
-            raise ConfigError("drafter", cfg.drafter.name, f"method {method.name} needs a drafter (e.g. drafter=gpt2)")
+            raise ConfigError(
+                "drafter",
+                cfg.drafter.name,
+                f"method {method.name} needs a drafter (e.g. drafter=gpt2)",
+            )
         if cfg.drafter.kind != "causal":
-            raise ConfigError("drafter.kind", cfg.drafter.kind, f"method {method.name} needs a causal drafter")
+            raise ConfigError(
+                "drafter.kind", cfg.drafter.kind, f"method {method.name} needs a causal drafter"
+            )
         _check_model(cfg.drafter, "drafter")
     if cfg.logging.wandb.mode not in ("offline", "online", "disabled"):
-        raise ConfigError("logging.wandb.mode", cfg.logging.wandb.mode, "allowed: offline, online, disabled")
+        raise ConfigError(
+            "logging.wandb.mode", cfg.logging.wandb.mode, "allowed: offline, online, disabled"
+        )
 
     config = OmegaConf.to_container(cfg, resolve=True)
     if not method.needs_drafter:
@@ -115,7 +146,11 @@ def prepare(cfg: DictConfig) -> Plan:
     if method.needs_drafter:
         why = _same_tokenizer(tokenizer, loading.load_tokenizer(cfg.drafter, "drafter"))
         if why:
-            raise ConfigError("drafter", cfg.drafter.name, f"its tokenizer differs from the target's: {why}; allowed: a drafter sharing the target's tokenizer")
+            raise ConfigError(
+                "drafter",
+                cfg.drafter.name,
+                f"its tokenizer differs from the target's: {why}; allowed: a drafter sharing the target's tokenizer",
+            )
         contexts.append(("drafter", loading.context_length(cfg.drafter, "drafter")))
 
     if cfg.task.name not in TASKS:
@@ -140,8 +175,18 @@ def prepare(cfg: DictConfig) -> Plan:
         [cfg.method.name, cfg.target.name, config["drafter"]["name"], cfg.task.name, digest[:8]]
     )
     store = RunStore.open(config, run_id)
-    return Plan(config, run_id, method, warp, task, samples, prompt_ids, tokenizer,
-                loading.resolve_device(cfg.run.device), store)
+    return Plan(
+        config,
+        run_id,
+        method,
+        warp,
+        task,
+        samples,
+        prompt_ids,
+        tokenizer,
+        loading.resolve_device(cfg.run.device),
+        store,
+    )
 
 
 def execute(plan: Plan) -> dict[str, Any]:
@@ -152,17 +197,35 @@ def execute(plan: Plan) -> dict[str, Any]:
     target = loading.load_causal_lm(cfg.target, "target", plan.device, cfg.run.dtype)
     drafter = (
         loading.load_causal_lm(cfg.drafter, "drafter", plan.device, cfg.run.dtype)
-        if plan.method.needs_drafter else None
+        if plan.method.needs_drafter
+        else None
     )
     decoder = plan.method.build(cfg.method, target, drafter, plan.warp)
-    arms = Arms(method=decoder, baseline=AutoregressiveDecoder(target, plan.warp) if cfg.run.baseline else None)
+    arms = Arms(
+        method=decoder,
+        baseline=AutoregressiveDecoder(target, plan.warp) if cfg.run.baseline else None,
+    )
     env = environment(plan.device, config_hash(plan.config))
     plan.store.write_json("env.json", env)
-    mirror = WandbMirror(plan.config["logging"]["wandb"], plan.store.run_dir, plan.run_id,
-                         cfg.run.experiment, plan.config)
+    mirror = WandbMirror(
+        plan.config["logging"]["wandb"],
+        plan.store.run_dir,
+        plan.run_id,
+        cfg.run.experiment,
+        plan.config,
+    )
     try:
-        evaluate(arms, plan.task, plan.samples, plan.prompt_ids, plan.tokenizer, plan.device,
-                 cfg.run, plan.store, mirror)
+        evaluate(
+            arms,
+            plan.task,
+            plan.samples,
+            plan.prompt_ids,
+            plan.tokenizer,
+            plan.device,
+            cfg.run,
+            plan.store,
+            mirror,
+        )
     finally:
         plan.store.close()
     records = [r for r in plan.store.records if r["id"] in {s.id for s in plan.samples}]
@@ -188,7 +251,16 @@ def _fmt(value: Any, spec: str) -> str:
 
 def print_summary(summary: dict[str, Any], run_dir: Any) -> None:
     table = Table(title=f"{summary['run_id']}  ({summary['n_samples']} samples)")
-    for col in ("speedup", "tok/s", "base tok/s", "tau", "accept rate", "tpf", "ttft ms", "lossless"):
+    for col in (
+        "speedup",
+        "tok/s",
+        "base tok/s",
+        "tau",
+        "accept rate",
+        "tpf",
+        "ttft ms",
+        "lossless",
+    ):
         table.add_column(col, justify="right")
     table.add_row(
         _fmt(summary.get("speedup"), ".2f"),

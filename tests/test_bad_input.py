@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import compose_cfg
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from conftest import compose_cfg
 from specbench.errors import ConfigError
 from specbench.models import loading
 from specbench.models.random_init import gpt2_tokenizer
@@ -70,7 +70,9 @@ def test_drafter_with_another_tokenizer(tmp_path: Path) -> None:
     odd = tmp_path / "odd-drafter"
     tokenizer = gpt2_tokenizer()
     tokenizer.add_tokens(["<odd>"])
-    GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_layer=1, n_embd=32, n_head=2)).save_pretrained(odd)
+    GPT2LMHeadModel(
+        GPT2Config(vocab_size=len(tokenizer), n_layer=1, n_embd=32, n_head=2)
+    ).save_pretrained(odd)
     tokenizer.save_pretrained(odd)
     message = fails([f"drafter.name_or_path={odd}", "drafter.name=odd"], "drafter", "odd", tmp_path)
     assert "vocabularies differ" in message
@@ -78,8 +80,12 @@ def test_drafter_with_another_tokenizer(tmp_path: Path) -> None:
 
 def test_prompt_longer_than_the_context(tmp_path: Path) -> None:
     prompts = tmp_path / "long.jsonl"
-    prompts.write_text(json.dumps({"id": "short", "prompt": "hi"}) + "\n"
-                       + json.dumps({"id": "long", "prompt": "word " * 2100}) + "\n")
+    prompts.write_text(
+        json.dumps({"id": "short", "prompt": "hi"})
+        + "\n"
+        + json.dumps({"id": "long", "prompt": "word " * 2100})
+        + "\n"
+    )
     message = fails([f"task.path={prompts}"], "prompts[long]", "2101 prompt tokens", tmp_path)
     assert "context of 2048" in message
 

@@ -6,9 +6,8 @@ import pytest
 import torch
 
 from specbench.decoding.autoregressive import AutoregressiveDecoder
-from specbench.decoding.drafters.ar import ARDrafter, common_prefix_len
-from specbench.decoding.speculative import GammaSchedule, SpeculativeDecoder
-from specbench.decoding.verify import greedy, rejection
+from specbench.decoding.drafters.ar import SpSConfig, build, common_prefix_len
+from specbench.decoding.speculative import SpeculativeDecoder
 from specbench.decoding.warp import Warp
 from specbench.models.causal import CausalLM
 
@@ -19,9 +18,15 @@ def random_prompts(n: int, seed: int = 0) -> list[list[int]]:
     return [torch.randint(0, 50256, (k,), generator=g).tolist() for k in lengths]
 
 
-def sps(target: CausalLM, drafter: CausalLM, gamma: int, schedule: str = "constant", warp: Warp = Warp()) -> SpeculativeDecoder:
-    rule = greedy if warp.greedy else rejection
-    return SpeculativeDecoder(target, ARDrafter(drafter, warp, target.eos_token_ids, target.vocab_size), rule, warp, GammaSchedule(gamma, schedule))
+def sps(
+    target: CausalLM,
+    drafter: CausalLM,
+    gamma: int,
+    schedule: str = "constant",
+    warp: Warp | None = None,
+) -> SpeculativeDecoder:
+    """Built exactly as `method=sps` builds it (rule auto: greedy at T=0, rejection above)."""
+    return build(SpSConfig(gamma=gamma, schedule=schedule), target, drafter, warp or Warp())
 
 
 def test_logits_after_rollback_and_extend_equal_a_fresh_forward(target: CausalLM) -> None:
@@ -38,7 +43,9 @@ def test_logits_after_rollback_and_extend_equal_a_fresh_forward(target: CausalLM
 
 
 @pytest.mark.parametrize("gamma", [1, 2, 4, 8])
-def test_greedy_sps_equals_target_greedy_token_for_token(target: CausalLM, drafter: CausalLM, gamma: int) -> None:
+def test_greedy_sps_equals_target_greedy_token_for_token(
+    target: CausalLM, drafter: CausalLM, gamma: int
+) -> None:
     prompts = random_prompts(50)
     baseline, method = AutoregressiveDecoder(target, Warp()), sps(target, drafter, gamma)
     g = torch.Generator()
@@ -56,7 +63,9 @@ def test_greedy_sps_equals_target_greedy_token_for_token(target: CausalLM, draft
     assert accepted / proposed > 0.02 and full_rounds > 0 and missed_rounds > 0
 
 
-def test_heuristic_schedule_is_lossless_and_changes_draft_lengths(target: CausalLM, drafter: CausalLM) -> None:
+def test_heuristic_schedule_is_lossless_and_changes_draft_lengths(
+    target: CausalLM, drafter: CausalLM
+) -> None:
     baseline, method = AutoregressiveDecoder(target, Warp()), sps(target, drafter, 2, "heuristic")
     lengths: set[int] = set()
     for prompt in random_prompts(10, seed=3):
@@ -66,7 +75,9 @@ def test_heuristic_schedule_is_lossless_and_changes_draft_lengths(target: Causal
     assert len(lengths) >= 3
 
 
-def test_both_arms_stop_at_the_first_stop_token_and_keep_it_once(target: CausalLM, drafter: CausalLM) -> None:
+def test_both_arms_stop_at_the_first_stop_token_and_keep_it_once(
+    target: CausalLM, drafter: CausalLM
+) -> None:
     prompt = random_prompts(1, seed=5)[0]
     free = AutoregressiveDecoder(target, Warp()).generate(prompt, 32, torch.Generator()).tokens
     stop = free[20]
@@ -74,7 +85,10 @@ def test_both_arms_stop_at_the_first_stop_token_and_keep_it_once(target: CausalL
     saved = target.eos_token_ids
     target.eos_token_ids = {stop}
     try:
-        assert AutoregressiveDecoder(target, Warp()).generate(prompt, 32, torch.Generator()).tokens == cut
+        assert (
+            AutoregressiveDecoder(target, Warp()).generate(prompt, 32, torch.Generator()).tokens
+            == cut
+        )
         assert sps(target, drafter, 4).generate(prompt, 32, torch.Generator()).tokens == cut
     finally:
         target.eos_token_ids = saved
@@ -91,8 +105,17 @@ def test_max_new_tokens_is_exact_and_counters_add_up(target: CausalLM, drafter: 
 def test_sampling_is_reproducible_with_the_same_seed(target: CausalLM, drafter: CausalLM) -> None:
     warp = Warp(temperature=1.0, top_p=0.9)
     prompt = random_prompts(1, seed=9)[0]
-    runs = [sps(target, drafter, 3, warp=warp).generate(prompt, 24, torch.Generator().manual_seed(5)).tokens for _ in range(2)]
-    other = sps(target, drafter, 3, warp=warp).generate(prompt, 24, torch.Generator().manual_seed(6)).tokens
+    runs = [
+        sps(target, drafter, 3, warp=warp)
+        .generate(prompt, 24, torch.Generator().manual_seed(5))
+        .tokens
+        for _ in range(2)
+    ]
+    other = (
+        sps(target, drafter, 3, warp=warp)
+        .generate(prompt, 24, torch.Generator().manual_seed(6))
+        .tokens
+    )
     assert runs[0] == runs[1] != other
 
 

@@ -68,7 +68,9 @@ def summarize(records: list[dict[str, Any]], greedy: bool) -> dict[str, Any]:
     }
     baselines = [r["baseline"] for r in records if r.get("baseline")]
     if len(baselines) == n:
-        base_tok_s = _ratio(sum(b["new_tokens"] for b in baselines), sum(b["wall_s"] for b in baselines))
+        base_tok_s = _ratio(
+            sum(b["new_tokens"] for b in baselines), sum(b["wall_s"] for b in baselines)
+        )
         summary["baseline_tok_s"] = base_tok_s
         summary["speedup"] = _ratio(summary["tok_s"], base_tok_s)
         summary["speedup_mean_ratio"] = mean(

@@ -22,7 +22,9 @@ class CausalLM:
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.eos_token_ids = eos_token_ids(model, tokenizer)
         self.calls = 0
-        self.time_forwards = False  # benchmarks switch this on to split model time from harness time
+        self.time_forwards = (
+            False  # benchmarks switch this on to split model time from harness time
+        )
         self.forward_s = 0.0
         self.reset()
 

@@ -6,12 +6,17 @@ two agree on some tokens and not on others: speculation both accepts and rejects
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-import json
-
 import torch
-from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, GPT2Tokenizer, PreTrainedTokenizerBase
+from transformers import (
+    AutoTokenizer,
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPT2Tokenizer,
+    PreTrainedTokenizerBase,
+)
 
 from specbench import paths
 from specbench.registry import register_builtin_model

@@ -51,7 +51,11 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     a, b = _flatten(identity(old)), _flatten(identity(new))
-    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+    return [
+        f"{k}: {a.get(k)!r} -> {b.get(k)!r}"
+        for k in sorted(a.keys() | b.keys())
+        if a.get(k) != b.get(k)
+    ]
 
 
 def read_records(path: Path, repair: bool = False) -> list[dict[str, Any]]:
@@ -67,7 +71,9 @@ def read_records(path: Path, repair: bool = False) -> list[dict[str, Any]]:
             records.append(json.loads(line))
         except ValueError:
             if i < len(lines) - 1:
-                raise ValueError(f"{path}: line {i + 1} is corrupt and is not the last line") from None
+                raise ValueError(
+                    f"{path}: line {i + 1} is corrupt and is not the last line"
+                ) from None
             break
         good_bytes += len(line) + 1
     if repair and good_bytes < path.stat().st_size:
@@ -98,7 +104,9 @@ class RunStore:
             probe.write_text("")
             probe.unlink()
         except OSError as err:
-            raise ConfigError("run.results_dir", str(root), f"must be writable ({err.strerror})") from None
+            raise ConfigError(
+                "run.results_dir", str(root), f"must be writable ({err.strerror})"
+            ) from None
         saved = run_dir / "config.yaml"
         if saved.exists():
             old = yaml.safe_load(saved.read_text())

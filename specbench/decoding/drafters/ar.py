@@ -99,14 +99,24 @@ def check(cfg: SpSConfig, warp: Warp) -> None:
     if cfg.rule not in ("auto", *RULES):
         raise ConfigError("method.rule", cfg.rule, f"allowed: auto, {', '.join(RULES)}")
     if cfg.rule == "greedy" and not warp.greedy:
-        raise ConfigError("method.rule", cfg.rule, "greedy acceptance needs run.temperature=0; use auto or rejection")
+        raise ConfigError(
+            "method.rule",
+            cfg.rule,
+            "greedy acceptance needs run.temperature=0; use auto or rejection",
+        )
 
 
 def build(cfg: SpSConfig, target: CausalLM, drafter: CausalLM, warp: Warp) -> SpeculativeDecoder:
     rule = RULES[resolve_rule(cfg.rule, warp)]
     return SpeculativeDecoder(
-        target, ARDrafter(drafter, warp, target.eos_token_ids, target.vocab_size), rule, warp, GammaSchedule(cfg.gamma, cfg.schedule)
+        target,
+        ARDrafter(drafter, warp, target.eos_token_ids, target.vocab_size),
+        rule,
+        warp,
+        GammaSchedule(cfg.gamma, cfg.schedule),
     )
 
 
-register_method(MethodSpec(name="sps", config=SpSConfig, build=build, needs_drafter=True, check=check))
+register_method(
+    MethodSpec(name="sps", config=SpSConfig, build=build, needs_drafter=True, check=check)
+)

@@ -1,0 +1,117 @@
+"""`specbench-run` end to end in subprocesses: multirun, W&B offline, resume after SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+FAST = [
+    "run.warmup=1",
+    "run.progress=false",
+    "target=random-gpt2",
+    "drafter=random-gpt2-draft",
+    "task=prompts",
+]
+
+
+def specbench(args: list[str], cwd: Path, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "specbench", *args],
+        cwd=cwd,
+        env=os.environ.copy(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def run_dirs(results: Path) -> list[Path]:
+    return sorted(p.parent for p in results.glob("*/*/records.jsonl"))
+
+
+def test_multirun_over_two_methods_writes_one_run_dir_each(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    code, out, err = finish(
+        specbench(
+            [
+                "-m",
+                "method=ar,sps",
+                "run.limit=2",
+                f"run.results_dir={results}",
+                "logging.wandb.mode=offline",
+                "run.max_new_tokens=16",
+                *FAST,
+            ],
+            tmp_path,
+        )
+    )
+    assert code == 0, err
+    dirs = run_dirs(results)
+    assert [d.name.split("-")[0] for d in dirs] == ["ar", "sps"]
+    for d in dirs:
+        records = [json.loads(line) for line in (d / "records.jsonl").read_text().splitlines()]
+        summary = json.loads((d / "summary.json").read_text())
+        assert [r["id"] for r in records] == ["demo-00", "demo-01"]
+        assert summary["n_samples"] == 2 and summary["lossless_rate"] == 1.0
+        assert (
+            yaml.safe_load((d / "config.yaml").read_text())["method"]["name"]
+            == d.name.split("-")[0]
+        )
+        assert json.loads((d / "env.json").read_text())["torch_threads"] >= 1
+        assert list((d / "wandb").glob("offline-run-*")), "W&B offline run not under the run dir"
+    assert not (tmp_path / "wandb").exists()
+    sps = json.loads((dirs[1] / "summary.json").read_text())
+    assert sps["tau"] > 1.0 and sps["nfe_drafter"] > 0
+    assert "speedup" in out  # the summary table was printed
+
+
+def test_a_run_killed_midway_resumes_and_holds_every_sample_once(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    args = [
+        "run.limit=10",
+        f"run.results_dir={results}",
+        "logging.wandb.mode=disabled",
+        "run.max_new_tokens=48",
+        *FAST,
+    ]
+    proc = specbench(args, tmp_path)
+    deadline = time.time() + 240
+    records = None
+    while time.time() < deadline and proc.poll() is None:
+        found = list(results.glob("*/*/records.jsonl"))
+        if found and len(found[0].read_text().splitlines()) >= 3:
+            records = found[0]
+            break
+        time.sleep(0.05)
+    assert records is not None and proc.poll() is None, "run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_before = len(records.read_text().splitlines())
+    assert done_before < 10
+
+    code, out, err = finish(specbench(args, tmp_path))
+    assert code == 0, err
+    ids = [json.loads(line)["id"] for line in records.read_text().splitlines()]
+    assert sorted(ids) == [f"demo-{i:02d}" for i in range(10)]
+    assert json.loads((records.parent / "summary.json").read_text())["n_samples"] == 10
+
+
+def test_an_unknown_method_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
+    code, out, err = finish(specbench(["method=nope"], tmp_path), timeout=120)
+    assert code == 2
+    assert err.strip().splitlines() == [
+        "specbench: error: method='nope': unknown method; allowed: ar, sps"
+    ]
