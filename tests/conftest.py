@@ -16,6 +16,17 @@ from specbench.models.causal import CausalLM
 from specbench.models.loading import load_causal_lm
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests read real files from the shared data folder; without it, stop at once with the
+    fix rather than after minutes of failed hub downloads."""
+    if not (paths.data_dir() / "gpt2_tokenizer" / "encoder.json").exists():
+        pytest.exit(
+            f"shared data not found at {paths.data_dir()}: put the shared/ folder beside the "
+            "repository or set SPECBENCH_DATA_DIR to its data/ folder",
+            returncode=2,
+        )
+
+
 @pytest.fixture(scope="session", autouse=True)
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = tmp_path_factory.mktemp("specbench-cache")
