@@ -14,6 +14,7 @@ from specbench import paths
 from specbench.config import ModelConfig
 from specbench.models.causal import CausalLM
 from specbench.models.loading import load_causal_lm
+from specbench.registry import discover
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -52,6 +53,7 @@ def drafter() -> CausalLM:
 
 def compose_cfg(*overrides: str) -> DictConfig:
     """The config `specbench-run` would compose, with W&B off and no warm-up by default."""
+    discover()  # method and task schemas enter Hydra's ConfigStore when their modules import
     defaults = ["logging.wandb.mode=disabled", "run.warmup=0", "run.progress=false"]
     with initialize_config_dir(str(paths.CONF_DIR), version_base="1.3"):
         return compose("config", overrides=[*defaults, *overrides])
