@@ -14,8 +14,8 @@ import argparse
 from dataclasses import dataclass, field
 
 import torch
-from common import acceptance, add_common_args, describe, print_table, setup, sps_decoder
 
+from common import acceptance, add_common_args, describe, print_table, setup, sps_decoder
 from specbench.decoding.autoregressive import AutoregressiveDecoder
 from specbench.decoding.generation import Decoder, Generation
 from specbench.decoding.warp import Warp

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 
 import torch
-from common import acceptance, add_common_args, describe, print_table, setup, sps_decoder
 from transformers import GPT2LMHeadModel
 
+from common import acceptance, add_common_args, describe, print_table, setup, sps_decoder
 from specbench.decoding.generation import Generation
 from specbench.metrics.speed import synchronize
 

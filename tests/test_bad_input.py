@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import compose_cfg
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from conftest import compose_cfg
 from specbench.errors import ConfigError
 from specbench.models import loading
 from specbench.models.random_init import gpt2_tokenizer
