@@ -4,6 +4,7 @@ PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin
 SHARED ?= ../shared/data
 DEMO_ARGS ?=
+BENCH_ARGS ?= --size base --threads 1
 
 .PHONY: install demo test lint bench clean
 
@@ -33,8 +34,8 @@ lint: install
 	$(BIN)/ruff format --check specbench tests benchmarks
 
 bench: install
-	$(PY) benchmarks/overhead.py
-	$(PY) benchmarks/vs_hf_assisted.py
+	$(PY) benchmarks/overhead.py $(BENCH_ARGS)
+	$(PY) benchmarks/vs_hf_assisted.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

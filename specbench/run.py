@@ -159,6 +159,13 @@ def prepare(cfg: DictConfig) -> Plan:
     samples = task.samples()[: cfg.run.limit]
     if not samples:
         raise ConfigError("task", cfg.task.name, "has no samples with these settings")
+    seen: set[str] = set()
+    for sample in samples:
+        if sample.id in seen:  # resume is keyed by id: a repeated id would be skipped as done
+            raise ConfigError(
+                "task", cfg.task.name, f"sample id {sample.id!r} appears twice; ids must be unique"
+            )
+        seen.add(sample.id)
     prompt_ids = {s.id: task.prompt_ids(tokenizer, s, cfg.target.chat_template) for s in samples}
     for sample in samples:
         need = len(prompt_ids[sample.id]) + cfg.run.max_new_tokens
@@ -228,7 +235,8 @@ def execute(plan: Plan) -> dict[str, Any]:
         )
     finally:
         plan.store.close()
-    records = [r for r in plan.store.records if r["id"] in {s.id for s in plan.samples}]
+    wanted = {s.id for s in plan.samples}
+    records = [r for r in plan.store.records if r["id"] in wanted]
     summary = {
         "run_id": plan.run_id,
         "method": plan.method.name,

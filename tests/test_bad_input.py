@@ -111,3 +111,9 @@ def test_records_of_another_config_are_not_mixed(tmp_path: Path) -> None:
     prepare(compose_cfg(f"run.results_dir={tmp_path / 'results'}", "run.name=mine")).store.close()
     message = fails(["run.name=mine", "method.gamma=8"], "run.name", "mine", tmp_path)
     assert "method.gamma: 4 -> 8" in message and "delete" in message
+
+
+def test_repeated_sample_ids(tmp_path: Path) -> None:
+    prompts = tmp_path / "twice.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}\n')
+    assert "appears twice" in fails([f"task.path={prompts}"], "task", "prompts", tmp_path)
