@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import hydra
@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specbench import paths
+from specbench.config import ModelConfig
 from specbench.decoding.autoregressive import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
@@ -28,16 +29,7 @@ from specbench.tasks.base import Sample, Task
 discover()  # method and task schemas must be in Hydra's ConfigStore before it composes
 
 GROUPS = ("target", "drafter", "method", "task", "logging", "run", "experiment")
-NO_DRAFTER = {
-    "name": "none",
-    "name_or_path": None,
-    "kind": "none",
-    "revision": None,
-    "trust_remote_code": False,
-    "dtype": None,
-    "device_map": None,
-    "chat_template": False,
-}
+NO_DRAFTER = asdict(ModelConfig(name="none", name_or_path=None, kind="none"))
 
 
 @dataclass
