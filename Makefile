@@ -2,11 +2,10 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin
-SHARED ?= ../shared/data
 DEMO_ARGS ?=
 BENCH_ARGS ?= --size base --threads 1
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench tiny clean
 
 install: $(VENV)/.installed
 
@@ -18,13 +17,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-# The demo reads Spec-Bench's real questions when ../shared/data has them, else the packaged prompts.
+# The default config: the tiny world's target and SpS drafter on tiny_code, from committed checkpoints.
 demo: install
-	@if [ -f $(SHARED)/spec_bench/question.jsonl ]; then \
-		$(BIN)/specbench-run task=spec_bench run.limit=12 $(DEMO_ARGS); \
-	else \
-		$(BIN)/specbench-run task=prompts run.limit=12 $(DEMO_ARGS); \
-	fi
+	$(BIN)/specbench-run run.limit=20 $(DEMO_ARGS)
 
 test: install
 	$(BIN)/pytest -q
@@ -36,6 +31,10 @@ lint: install
 bench: install
 	$(PY) benchmarks/overhead.py $(BENCH_ARGS)
 	$(PY) benchmarks/vs_hf_assisted.py $(BENCH_ARGS)
+
+# Rebuild the committed tiny-world checkpoints from the standard library's source (about 45 min on 2 cores).
+tiny: install
+	$(BIN)/specbench-tiny train
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

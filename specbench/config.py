@@ -82,6 +82,7 @@ def _register() -> None:
     if not OmegaConf.has_resolver("data"):
         OmegaConf.register_new_resolver("data", lambda rel: str(paths.data_dir() / rel))
         OmegaConf.register_new_resolver("pkgdata", lambda rel: str(paths.PACKAGE_DATA / rel))
+        OmegaConf.register_new_resolver("tiny", lambda rel: str(paths.TINY_DIR / rel))
 
 
 _register()

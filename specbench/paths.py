@@ -8,6 +8,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO_ROOT / "conf"
 PACKAGE_DATA = Path(__file__).resolve().parent / "data"
+TINY_DIR = Path(__file__).resolve().parent / "models" / "tiny" / "checkpoints"
 
 
 def data_dir() -> Path:

@@ -23,8 +23,11 @@ def no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", refuse)
 
 
+RANDOM = ["target=random-gpt2", "drafter=random-gpt2-draft", "task=prompts"]
+
+
 def fails(overrides: list[str], key: str, value: str, tmp_path: Path) -> str:
-    cfg = compose_cfg(f"run.results_dir={tmp_path / 'results'}", *overrides)
+    cfg = compose_cfg(f"run.results_dir={tmp_path / 'results'}", *RANDOM, *overrides)
     with pytest.raises(ConfigError) as err:
         prepare(cfg)
     message = str(err.value)
@@ -101,14 +104,16 @@ def test_malformed_prompts_file_names_the_line(tmp_path: Path) -> None:
 def test_unwritable_results_dir(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    cfg = compose_cfg(f"run.results_dir={blocker / 'results'}")
+    cfg = compose_cfg(f"run.results_dir={blocker / 'results'}", *RANDOM)
     with pytest.raises(ConfigError) as err:
         prepare(cfg)
     assert str(err.value).startswith("run.results_dir=") and "writable" in str(err.value)
 
 
 def test_records_of_another_config_are_not_mixed(tmp_path: Path) -> None:
-    prepare(compose_cfg(f"run.results_dir={tmp_path / 'results'}", "run.name=mine")).store.close()
+    prepare(
+        compose_cfg(f"run.results_dir={tmp_path / 'results'}", *RANDOM, "run.name=mine")
+    ).store.close()
     message = fails(["run.name=mine", "method.gamma=8"], "run.name", "mine", tmp_path)
     assert "method.gamma: 4 -> 8" in message and "delete" in message
 

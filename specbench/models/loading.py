@@ -25,14 +25,23 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def resolve(cfg: ModelConfig, key: str) -> str:
-    """The path or hub id to hand to `from_pretrained`; a built-in is written once to the cache."""
+    """The path or hub id to hand to `from_pretrained`. `specbench:<name>` is a tiny-world
+    checkpoint shipped in the package, or a random-init built-in written once to the cache."""
     ref = cfg.name_or_path
     if not ref.startswith(BUILTIN_PREFIX):
         return ref
     discover()
     name = ref[len(BUILTIN_PREFIX) :]
+    shipped = paths.TINY_DIR / name
+    if (shipped / "config.json").exists():
+        return str(shipped)  # a tiny-world checkpoint committed with the code
     if name not in BUILTIN_MODELS:
-        raise ConfigError(f"{key}.name_or_path", ref, f"built-ins are {sorted(BUILTIN_MODELS)}")
+        tiny = sorted(p.parent.name for p in paths.TINY_DIR.glob("*/config.json"))
+        raise ConfigError(
+            f"{key}.name_or_path",
+            ref,
+            f"built-ins are {sorted(BUILTIN_MODELS) + tiny} (`make tiny` trains the tiny world)",
+        )
     out = paths.cache_dir() / "models" / name
     if not (out / "config.json").exists():
         out.parent.mkdir(parents=True, exist_ok=True)

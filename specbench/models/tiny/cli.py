@@ -1,0 +1,199 @@
+"""`specbench-tiny train`: rebuild the tiny world from the standard library's source.
+
+specbench-tiny train                     # tokenizer, tiny (target), tiny-ar (distilled drafter)
+specbench-tiny train --out /tmp/tiny --target-steps 50 --drafter-steps 20   # a quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from specbench import paths
+from specbench.models.tiny import corpus
+from specbench.models.tiny.dlm import TinyDLM, TinyDLMConfig
+from specbench.models.tiny.tokenizer import train_tokenizer
+from specbench.models.tiny.train import (
+    Schedule,
+    Shape,
+    causal_model,
+    evaluate_causal,
+    evaluate_dlm,
+    token_stream,
+    train_causal,
+    train_dlm,
+)
+
+TARGET = Shape(hidden=320, layers=6, heads=5, ffn=864)
+DRAFTER = Shape(hidden=128, layers=2, heads=2, ffn=344)
+DLM = {
+    "hidden_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "intermediate_size": 688,
+}
+TINY_CODE = {"samples": 100, "prefix_tokens": 128, "continuation_tokens": 128, "seed": 0}
+
+
+def save(
+    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, out: Path, report: dict
+) -> None:
+    """Half precision keeps the committed checkpoints small; loading upcasts to run.dtype."""
+    model.to(torch.float16).save_pretrained(out)
+    model.to(torch.float32)
+    tokenizer.save_pretrained(out)
+    (out / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+
+
+def tiny_code_samples(tokenizer: PreTrainedTokenizerBase) -> list[dict]:
+    """Prefixes cut at random places of the held-out modules; the reference is what follows."""
+    rng = random.Random(TINY_CODE["seed"])
+    n_prefix, n_cont = TINY_CODE["prefix_tokens"], TINY_CODE["continuation_tokens"]
+    modules = [
+        (p, tokenizer(t)["input_ids"])
+        for p, t in zip(corpus.files("heldout"), corpus.texts("heldout"))
+    ]
+    modules = [(p, ids) for p, ids in modules if len(ids) > n_prefix + n_cont]
+    samples = []
+    for i in range(TINY_CODE["samples"]):
+        path, ids = modules[rng.randrange(len(modules))]
+        cut = rng.randrange(n_prefix, len(ids) - n_cont)
+        samples.append(
+            {
+                "id": f"tiny_code-{i:03d}",
+                "module": path.relative_to(corpus.stdlib_root()).as_posix(),
+                "prompt": tokenizer.decode(ids[cut - n_prefix : cut]),
+                "reference": tokenizer.decode(ids[cut : cut + n_cont]),
+            }
+        )
+    return samples
+
+
+STAGES = ("tiny", "tiny-ar", "tiny-dlm", "tiny_code")
+
+
+def _mean_tail(values: list[float], n: int = 50) -> float:
+    return sum(values[-n:]) / len(values[-n:])
+
+
+def train(args: argparse.Namespace) -> None:
+    """Stages run in order; a stage left out is read back from `--out`, so the drafters can be
+    retrained (or trained in parallel processes) against an existing target."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stages = args.only or STAGES
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    if "tiny" in stages:
+        tokenizer = train_tokenizer(corpus.texts("train"))
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(out / "tiny")
+    train_stream = token_stream(tokenizer, corpus.texts("train"))
+    val_stream = token_stream(tokenizer, corpus.texts("validation"))
+    common = {
+        "python": platform.python_version(),
+        "train_tokens": len(train_stream),
+        "seed": args.seed,
+    }
+
+    if "tiny" in stages:
+        started = time.time()
+        target = causal_model(TARGET, tokenizer)
+        schedule = Schedule(steps=args.target_steps, lr=2e-3)
+        losses = train_causal(target, train_stream, schedule, seed=args.seed, desc="tiny")
+        report = {
+            **common,
+            "shape": vars(TARGET),
+            "schedule": vars(schedule),
+            "seconds": time.time() - started,
+            "final_train_loss": _mean_tail(losses),
+        }
+        save(target, tokenizer, out / "tiny", report)
+    target = AutoModelForCausalLM.from_pretrained(
+        out / "tiny", dtype=torch.float32
+    ).eval()  # as shipped
+    if "tiny" in stages:
+        report["validation"] = evaluate_causal(target, val_stream)
+        (out / "tiny" / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+        print("tiny validation:", report["validation"])
+
+    if "tiny-ar" in stages:
+        started = time.time()
+        torch.manual_seed(args.seed + 1)
+        drafter = causal_model(DRAFTER, tokenizer)
+        schedule = Schedule(steps=args.drafter_steps, lr=3e-3)
+        losses = train_causal(
+            drafter, train_stream, schedule, seed=args.seed + 1, teacher=target, desc="tiny-ar"
+        )
+        report = {
+            **common,
+            "shape": vars(DRAFTER),
+            "schedule": vars(schedule),
+            "distilled_from": "tiny",
+            "seconds": time.time() - started,
+            "final_train_kl": _mean_tail(losses),
+        }
+        save(drafter, tokenizer, out / "tiny-ar", report)
+        drafter = AutoModelForCausalLM.from_pretrained(out / "tiny-ar", dtype=torch.float32)
+        report["validation"] = evaluate_causal(drafter, val_stream)
+        (out / "tiny-ar" / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+        print("tiny-ar validation:", report["validation"])
+
+    if "tiny-dlm" in stages:
+        started = time.time()
+        torch.manual_seed(args.seed + 2)
+        dlm = TinyDLM(
+            TinyDLMConfig(vocab_size=len(tokenizer), mask_token_id=tokenizer.mask_token_id, **DLM)
+        )
+        schedule = Schedule(steps=args.dlm_steps, batch=8, lr=3e-3)
+        losses = train_dlm(dlm, train_stream, schedule, seed=args.seed + 2, teacher=target)
+        report = {
+            **common,
+            "shape": DLM,
+            "schedule": vars(schedule),
+            "distilled_from": "tiny",
+            "seconds": time.time() - started,
+            "final_train_loss": _mean_tail(losses),
+        }
+        save(dlm, tokenizer, out / "tiny-dlm", report)
+        dlm = AutoModel.from_pretrained(out / "tiny-dlm", dtype=torch.float32).eval()
+        report["validation"] = evaluate_dlm(dlm, val_stream)
+        (out / "tiny-dlm" / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+        print("tiny-dlm validation:", report["validation"])
+
+    if "tiny_code" in stages:
+        with (out / "tiny_code.jsonl").open("w") as fh:
+            fh.writelines(json.dumps(s) + "\n" for s in tiny_code_samples(tokenizer))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="specbench-tiny", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train the tokenizer and the tiny-world models")
+    p.add_argument(
+        "--out",
+        default=str(paths.TINY_DIR),
+        help="where checkpoints go (default: the committed ones)",
+    )
+    p.add_argument("--target-steps", type=int, default=2000)
+    p.add_argument("--drafter-steps", type=int, default=1500)
+    p.add_argument("--dlm-steps", type=int, default=2000)
+    p.add_argument(
+        "--only", nargs="+", choices=STAGES, help="run these stages, read the rest from --out"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    train(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""tiny-dlm: a small masked-diffusion LM with two attention forms.
+
+* bidirectional (MDLM's contract): every position attends to every position;
+* block-causal (as block-diffusion LMs, SDAR and BD3-LM, do): a clean prefix attends causally,
+  a block of noisy positions attends to the whole prefix and bidirectionally within itself, so
+  the prefix's KV cache is exact and a draft step is a forward over the block alone.
+
+Outputs follow MDLM's SUBS parameterisation: the mask token gets no probability and an unmasked
+input position predicts itself. Registered with transformers' Auto classes, so
+`AutoModel.from_pretrained(dir)` loads it once specbench is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
+from transformers.utils import ModelOutput
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+class TinyDLMConfig(PretrainedConfig):
+    model_type = "specbench-tiny-dlm"
+
+    def __init__(
+        self,
+        vocab_size: int = 4096,
+        hidden_size: int = 256,
+        num_hidden_layers: int = 4,
+        num_attention_heads: int = 4,
+        intermediate_size: int = 688,
+        max_position_embeddings: int = 1024,
+        rope_theta: float = 10000.0,
+        rms_norm_eps: float = 1e-6,
+        mask_token_id: int = 2,
+        **kwargs,
+    ):
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.max_position_embeddings = max_position_embeddings
+        self.rope_theta = rope_theta
+        self.rms_norm_eps = rms_norm_eps
+        self.mask_token_id = mask_token_id
+        kwargs.setdefault("tie_word_embeddings", True)
+        super().__init__(**kwargs)
+
+
+@dataclass
+class TinyDLMOutput(ModelOutput):
+    logits: torch.Tensor | None = None
+    cache: KV | None = None
+
+
+def rotary(positions: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / theta ** (torch.arange(0, dim, 2, device=positions.device).float() / dim)
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class Layer(nn.Module):
+    def __init__(self, c: TinyDLMConfig):
+        super().__init__()
+        self.heads, self.head_dim = c.num_attention_heads, c.hidden_size // c.num_attention_heads
+        self.attn_norm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
+        self.qkv = nn.Linear(c.hidden_size, 3 * c.hidden_size, bias=False)
+        self.out = nn.Linear(c.hidden_size, c.hidden_size, bias=False)
+        self.mlp_norm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
+        self.gate = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+
+    def forward(self, x, cos, sin, mask, past):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(self.attn_norm(x)).view(b, n, 3, self.heads, self.head_dim).unbind(2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        x = x + self.out(attn.transpose(1, 2).reshape(b, n, -1))
+        h = self.mlp_norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h)), (k, v)
+
+
+class TinyDLM(PreTrainedModel):
+    config_class = TinyDLMConfig
+    base_model_prefix = "dlm"
+    _tied_weights_keys = {"lm_head.weight": "embed.weight"}
+
+    def __init__(self, config: TinyDLMConfig):
+        super().__init__(config)
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
+        self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: KV | None = None,
+        use_cache: bool = False,
+        subs: bool = True,
+    ) -> TinyDLMOutput:
+        """`attention_mask` is a boolean [queries, keys] matrix (True = may attend), None for
+        full attention; keys are the cached positions followed by `input_ids`."""
+        offset = cache[0][0].shape[2] if cache else 0
+        if position_ids is None:
+            position_ids = torch.arange(
+                offset, offset + input_ids.shape[1], device=input_ids.device
+            )
+        head_dim = self.config.hidden_size // self.config.num_attention_heads
+        cos, sin = rotary(position_ids, head_dim, self.config.rope_theta)
+        x = self.embed(input_ids)
+        new_cache: KV = []
+        for i, layer in enumerate(self.layers):
+            x, kv = layer(x, cos, sin, attention_mask, cache[i] if cache else None)
+            new_cache.append(kv)
+        logits = self.lm_head(self.norm(x))
+        if subs:
+            logits = subs_parameterise(logits, input_ids, self.config.mask_token_id)
+        return TinyDLMOutput(logits=logits, cache=new_cache if use_cache else None)
+
+
+def subs_parameterise(logits: torch.Tensor, input_ids: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """No mass on the mask token; a position whose input is not the mask copies its input."""
+    logits = logits.float().clone()
+    logits[..., mask_id] = float("-inf")
+    clean = input_ids != mask_id
+    copy = torch.full_like(logits, float("-inf")).scatter(-1, input_ids.unsqueeze(-1), 0.0)
+    return torch.where(clean.unsqueeze(-1), copy, logits)
+
+
+def block_causal_mask(
+    prefix_len: int, total: int, device: torch.device | None = None
+) -> torch.Tensor:
+    """Prefix positions attend causally; the block after them attends to everything."""
+    i = torch.arange(total, device=device)[:, None]
+    j = torch.arange(total, device=device)[None, :]
+    return (j <= i) | (i >= prefix_len)
+
+
+def vectorised_training_mask(
+    length: int, block: int, device: torch.device | None = None
+) -> torch.Tensor:
+    """For the input [noisy x_t ; clean x] (2 x length): clean tokens attend causally to clean
+    tokens; a noisy token attends to its own noisy block and to every clean token before the
+    block starts. One forward then trains every block of the sequence at once (BD3-LM)."""
+    i = torch.arange(length, device=device)
+    noisy_block = i[:, None] // block == i[None, :] // block
+    noisy_to_clean = i[None, :] < (i[:, None] // block) * block
+    clean_causal = i[None, :] <= i[:, None]
+    top = torch.cat([noisy_block, noisy_to_clean], dim=1)
+    bottom = torch.cat(
+        [torch.zeros(length, length, dtype=torch.bool, device=device), clean_causal], dim=1
+    )
+    return torch.cat([top, bottom], dim=0)
+
+
+AutoConfig.register(TinyDLMConfig.model_type, TinyDLMConfig)
+AutoModel.register(TinyDLMConfig, TinyDLM)
