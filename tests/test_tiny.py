@@ -19,7 +19,6 @@ from specbench.models.loading import load_causal_lm
 from specbench.models.tiny import corpus
 from specbench.models.tiny.dlm import (
     TinyDLM,
-    TinyDLMConfig,
     block_causal_mask,
     vectorised_training_mask,
 )
@@ -46,6 +45,10 @@ def test_committed_checkpoints_load_with_the_hub_loader(tokenizer) -> None:
         assert model.config.vocab_size == len(tokenizer) == 4096
         report = json.loads((paths.TINY_DIR / name / "training.json").read_text())
         assert report["validation"]["loss"] < 4.0  # far below the 8.3 nats of a uniform guess
+    dlm = AutoModel.from_pretrained(paths.TINY_DIR / "tiny-dlm")
+    assert isinstance(dlm, TinyDLM) and dlm.config.mask_token_id == tokenizer.mask_token_id
+    report = json.loads((paths.TINY_DIR / "tiny-dlm" / "training.json").read_text())
+    assert report["validation"]["masked_loss"] < 6.0
     assert (tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.mask_token_id) == (0, 1, 2)
     assert tiny("tiny").eos_token_ids == {0}
 
@@ -97,17 +100,8 @@ def test_greedy_sps_on_the_tiny_world_is_lossless(tokenizer) -> None:
 
 
 @pytest.fixture(scope="module")
-def dlm(tmp_path_factory: pytest.TempPathFactory) -> TinyDLM:
-    """A random-init TinyDLM, saved and loaded back through transformers' AutoModel."""
-    torch.manual_seed(0)
-    model = TinyDLM(
-        TinyDLMConfig(
-            hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128
-        )
-    )
-    out = tmp_path_factory.mktemp("tiny-dlm")
-    model.save_pretrained(out)
-    return AutoModel.from_pretrained(out, dtype=torch.float32).eval()
+def dlm() -> TinyDLM:
+    return AutoModel.from_pretrained(paths.TINY_DIR / "tiny-dlm", dtype=torch.float32).eval()
 
 
 def test_the_diffusion_lm_honours_the_mask_contract(dlm, tokenizer) -> None:

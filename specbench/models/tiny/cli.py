@@ -18,7 +18,7 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrai
 
 from specbench import paths
 from specbench.models.tiny import corpus
-from specbench.models.tiny.dlm import TinyDLM, TinyDLMConfig
+from specbench.models.tiny.dlm import from_causal
 from specbench.models.tiny.tokenizer import train_tokenizer
 from specbench.models.tiny.train import (
     Schedule,
@@ -33,12 +33,6 @@ from specbench.models.tiny.train import (
 
 TARGET = Shape(hidden=320, layers=6, heads=5, ffn=864)
 DRAFTER = Shape(hidden=128, layers=2, heads=2, ffn=344)
-DLM = {
-    "hidden_size": 256,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "intermediate_size": 688,
-}
 TINY_CODE = {"samples": 100, "prefix_tokens": 128, "continuation_tokens": 128, "seed": 0}
 
 
@@ -149,17 +143,15 @@ def train(args: argparse.Namespace) -> None:
 
     if "tiny-dlm" in stages:
         started = time.time()
-        torch.manual_seed(args.seed + 2)
-        dlm = TinyDLM(
-            TinyDLMConfig(vocab_size=len(tokenizer), mask_token_id=tokenizer.mask_token_id, **DLM)
-        )
-        schedule = Schedule(steps=args.dlm_steps, batch=8, lr=3e-3)
+        drafter = AutoModelForCausalLM.from_pretrained(out / "tiny-ar", dtype=torch.float32)
+        dlm = from_causal(drafter, mask_token_id=tokenizer.mask_token_id)
+        schedule = Schedule(steps=args.dlm_steps, lr=1e-3)
         losses = train_dlm(dlm, train_stream, schedule, seed=args.seed + 2, teacher=target)
         report = {
             **common,
-            "shape": DLM,
-            "schedule": vars(schedule),
+            "initialised_from": "tiny-ar",
             "distilled_from": "tiny",
+            "schedule": vars(schedule),
             "seconds": time.time() - started,
             "final_train_loss": _mean_tail(losses),
         }
@@ -185,7 +177,7 @@ def main() -> None:
     )
     p.add_argument("--target-steps", type=int, default=2000)
     p.add_argument("--drafter-steps", type=int, default=1500)
-    p.add_argument("--dlm-steps", type=int, default=2000)
+    p.add_argument("--dlm-steps", type=int, default=1500)
     p.add_argument(
         "--only", nargs="+", choices=STAGES, help="run these stages, read the rest from --out"
     )

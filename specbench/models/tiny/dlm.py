@@ -183,5 +183,42 @@ def vectorised_training_mask(
     return torch.cat([top, bottom], dim=0)
 
 
+@torch.no_grad()
+def from_causal(causal: PreTrainedModel, mask_token_id: int) -> TinyDLM:
+    """A TinyDLM holding a Llama-architecture causal LM's weights. With a causal mask it
+    computes exactly what the causal LM computes, so diffusion training starts from a good
+    prefix encoder and next-token predictor (Dream was initialised from Qwen2.5 the same way)."""
+    c = causal.config
+    dlm = TinyDLM(
+        TinyDLMConfig(
+            vocab_size=c.vocab_size,
+            hidden_size=c.hidden_size,
+            num_hidden_layers=c.num_hidden_layers,
+            num_attention_heads=c.num_attention_heads,
+            intermediate_size=c.intermediate_size,
+            max_position_embeddings=c.max_position_embeddings,
+            rope_theta=c.rope_parameters["rope_theta"],
+            rms_norm_eps=c.rms_norm_eps,
+            mask_token_id=mask_token_id,
+        )
+    )
+    src = causal.model
+    dlm.embed.weight.copy_(src.embed_tokens.weight)
+    dlm.norm.weight.copy_(src.norm.weight)
+    for mine, theirs in zip(dlm.layers, src.layers):
+        attn, mlp = theirs.self_attn, theirs.mlp
+        mine.qkv.weight.copy_(
+            torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+        )
+        mine.out.weight.copy_(attn.o_proj.weight)
+        mine.attn_norm.weight.copy_(theirs.input_layernorm.weight)
+        mine.mlp_norm.weight.copy_(theirs.post_attention_layernorm.weight)
+        mine.gate.weight.copy_(mlp.gate_proj.weight)
+        mine.up.weight.copy_(mlp.up_proj.weight)
+        mine.down.weight.copy_(mlp.down_proj.weight)
+    dlm.tie_weights()
+    return dlm
+
+
 AutoConfig.register(TinyDLMConfig.model_type, TinyDLMConfig)
 AutoModel.register(TinyDLMConfig, TinyDLM)

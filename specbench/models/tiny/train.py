@@ -139,13 +139,15 @@ def evaluate_causal(
 
 
 def masked_copy(
-    x: torch.Tensor, mask_id: int, g: torch.Generator, eps: float = 1e-3
+    x: torch.Tensor, mask_id: int, g: torch.Generator, eps: float = 1e-3, full_share: float = 0.0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """MDLM forward process: one mask rate t per sequence, stratified over the batch (lower
-    variance than i.i.d. draws), each position masked with probability t."""
+    variance than i.i.d. draws), each position masked with probability t. A `full_share` of
+    sequences gets t = 1: the all-mask block every draft starts from."""
     batch = x.shape[0]
     t = ((torch.arange(batch) + torch.rand(1, generator=g)) / batch).clamp(eps, 1.0)
     t = t[torch.randperm(batch, generator=g)]
+    t = torch.where(torch.rand(batch, generator=g) < full_share, torch.ones_like(t), t)
     masked = torch.rand(x.shape, generator=g) < t[:, None]
     return torch.where(masked, mask_id, x), masked, t
 
@@ -156,6 +158,7 @@ def dlm_loss(
     block: int | None,
     g: torch.Generator,
     teacher: PreTrainedModel | None,
+    full_share: float = 0.0,
 ) -> torch.Tensor:
     """MDLM's loss (cross-entropy on masked positions weighted by 1/t) for one batch. With a
     `block`, every block of the sequence is noised and trained at once against the clean
@@ -164,7 +167,7 @@ def dlm_loss(
     from specbench.models.tiny.dlm import vectorised_training_mask
 
     mask_id = model.config.mask_token_id
-    x_t, masked, t = masked_copy(x, mask_id, g)
+    x_t, masked, t = masked_copy(x, mask_id, g, full_share=full_share)
     length = x.shape[1]
     if block is None:
         logits = model(input_ids=x_t, subs=False).logits
@@ -209,6 +212,7 @@ def train_dlm(
     teacher: PreTrainedModel | None = None,
     blocks: tuple[int, ...] = (4, 8, 16, 32),
     bidirectional_share: float = 0.2,
+    full_share: float = 0.0,
     desc: str = "tiny-dlm",
 ) -> list[float]:
     """Mostly block-diffusion batches (the distribution a drafter sees: a clean prefix and a
@@ -230,7 +234,7 @@ def train_dlm(
             None if bidirectional else blocks[int(torch.randint(len(blocks), (1,), generator=g))]
         )
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = dlm_loss(model, x, block, g, teacher)
+            loss = dlm_loss(model, x, block, g, teacher, full_share)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
