@@ -212,7 +212,7 @@ def train_dlm(
     teacher: PreTrainedModel | None = None,
     blocks: tuple[int, ...] = (4, 8, 16, 32),
     bidirectional_share: float = 0.2,
-    full_share: float = 0.0,
+    full_share: float = 0.3,
     desc: str = "tiny-dlm",
 ) -> list[float]:
     """Mostly block-diffusion batches (the distribution a drafter sees: a clean prefix and a
