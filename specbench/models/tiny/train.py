@@ -4,6 +4,7 @@ distillation from the target's logits for the drafter (which is what raises thei
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -70,6 +71,34 @@ def _lr(step: int, s: Schedule) -> float:
     return s.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * progress)))
 
 
+def fit(
+    model: PreTrainedModel,
+    opt: torch.optim.Optimizer,
+    schedule: Schedule,
+    batch_loss: Callable[[], torch.Tensor],
+    desc: str,
+) -> list[float]:
+    """The loop every tiny-world model trains with: warm-up + cosine learning rate, bf16
+    autocast (1.7x faster than fp32 on a CPU), clipped gradients, the loss of every step."""
+    model.train()
+    losses: list[float] = []
+    bar = tqdm(range(schedule.steps), desc=desc, dynamic_ncols=True)
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = _lr(step, schedule)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = batch_loss()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+    model.eval()
+    return losses
+
+
 def train_causal(
     model: PreTrainedModel,
     stream: torch.Tensor,
@@ -79,7 +108,7 @@ def train_causal(
     desc: str = "train",
 ) -> list[float]:
     """Returns the loss of every step. With a teacher, the loss is KL(teacher || model) over the
-    full next-token distribution at every position (bf16 autocast: 1.7x faster on a CPU)."""
+    full next-token distribution at every position."""
     g = torch.Generator().manual_seed(seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -91,34 +120,19 @@ def train_causal(
         lr=schedule.lr,
         betas=(0.9, 0.95),
     )
-    model.train()
-    losses: list[float] = []
-    bar = tqdm(range(schedule.steps), desc=desc, dynamic_ncols=True)
-    for step in bar:
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, schedule)
+
+    def batch_loss() -> torch.Tensor:
         x = random_windows(stream, schedule.batch, schedule.seq_len + 1, g)
         inputs, labels = x[:, :-1], x[:, 1:]
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            logits = model(input_ids=inputs).logits.float()
-            if teacher is None:
-                loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
-            else:
-                with torch.no_grad():
-                    target_logp = teacher(input_ids=inputs).logits.float().log_softmax(-1)
-                loss = F.kl_div(
-                    logits.log_softmax(-1), target_logp, log_target=True, reduction="none"
-                )
-                loss = loss.sum(-1).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-        if step % 20 == 0:
-            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
-    model.eval()
-    return losses
+        logits = model(input_ids=inputs).logits.float()
+        if teacher is None:
+            return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+        with torch.no_grad():
+            target_logp = teacher(input_ids=inputs).logits.float().log_softmax(-1)
+        kl = F.kl_div(logits.log_softmax(-1), target_logp, log_target=True, reduction="none")
+        return kl.sum(-1).mean()
+
+    return fit(model, opt, schedule, batch_loss, desc)
 
 
 @torch.no_grad()
@@ -222,28 +236,16 @@ def train_dlm(
     opt = torch.optim.AdamW(
         model.parameters(), lr=schedule.lr, betas=(0.9, 0.95), weight_decay=schedule.weight_decay
     )
-    model.train()
-    losses: list[float] = []
-    bar = tqdm(range(schedule.steps), desc=desc, dynamic_ncols=True)
-    for step in bar:
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, schedule)
+
+    def batch_loss() -> torch.Tensor:
         x = random_windows(stream, schedule.batch, schedule.seq_len, g)
         bidirectional = torch.rand(1, generator=g).item() < bidirectional_share
         block = (
             None if bidirectional else blocks[int(torch.randint(len(blocks), (1,), generator=g))]
         )
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = dlm_loss(model, x, block, g, teacher, full_share)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-        if step % 20 == 0:
-            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
-    model.eval()
-    return losses
+        return dlm_loss(model, x, block, g, teacher, full_share)
+
+    return fit(model, opt, schedule, batch_loss, desc)
 
 
 @torch.no_grad()
