@@ -6,7 +6,10 @@
   the prefix's KV cache is exact and a draft step is a forward over the block alone.
 
 Outputs follow MDLM's SUBS parameterisation: the mask token gets no probability and an unmasked
-input position predicts itself. Registered with transformers' Auto classes, so
+input position predicts itself. Like Dream, position i is predicted from the hidden state at
+i - 1 (the right shift): the first position after a clean prefix is then read from exactly the
+state an AR model predicts its next token from, which is what makes initialising from an AR model
+pay (Dream, Ye et al. 2025). Registered with transformers' Auto classes, so
 `AutoModel.from_pretrained(dir)` loads it once specbench is imported.
 """
 
@@ -53,9 +56,18 @@ class TinyDLMConfig(PretrainedConfig):
 
 
 @dataclass
+class PrefixCache:
+    """A clean prefix's keys and values, and the final hidden state of its last position: the
+    state that predicts the first position after it."""
+
+    kv: KV
+    last: torch.Tensor
+
+
+@dataclass
 class TinyDLMOutput(ModelOutput):
     logits: torch.Tensor | None = None
-    cache: KV | None = None
+    cache: PrefixCache | None = None
 
 
 def rotary(positions: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -119,33 +131,67 @@ class TinyDLM(PreTrainedModel):
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
 
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor,
+        kv: KV | None = None,
+    ) -> tuple[torch.Tensor, KV]:
+        """Final (normed) hidden states, unshifted, and every layer's keys and values."""
+        head_dim = self.config.hidden_size // self.config.num_attention_heads
+        cos, sin = rotary(position_ids, head_dim, self.config.rope_theta)
+        x = self.embed(input_ids)
+        new_kv: KV = []
+        for i, layer in enumerate(self.layers):
+            x, layer_kv = layer(x, cos, sin, attention_mask, kv[i] if kv else None)
+            new_kv.append(layer_kv)
+        return self.norm(x), new_kv
+
     def forward(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
-        cache: KV | None = None,
+        cache: PrefixCache | None = None,
         use_cache: bool = False,
         subs: bool = True,
     ) -> TinyDLMOutput:
         """`attention_mask` is a boolean [queries, keys] matrix (True = may attend), None for
-        full attention; keys are the cached positions followed by `input_ids`."""
-        offset = cache[0][0].shape[2] if cache else 0
+        full attention; keys are the cached positions followed by `input_ids`. Logits are
+        aligned with `input_ids`; without a cache the first position has no predecessor and is
+        read from its own state (in use it is always a clean prompt token)."""
+        offset = cache.kv[0][0].shape[2] if cache else 0
         if position_ids is None:
             position_ids = torch.arange(
                 offset, offset + input_ids.shape[1], device=input_ids.device
             )
-        head_dim = self.config.hidden_size // self.config.num_attention_heads
-        cos, sin = rotary(position_ids, head_dim, self.config.rope_theta)
-        x = self.embed(input_ids)
-        new_cache: KV = []
-        for i, layer in enumerate(self.layers):
-            x, kv = layer(x, cos, sin, attention_mask, cache[i] if cache else None)
-            new_cache.append(kv)
-        logits = self.lm_head(self.norm(x))
+        hidden, kv = self.hidden_states(
+            input_ids, attention_mask, position_ids, cache.kv if cache else None
+        )
+        before = cache.last if cache else hidden[:, :1]
+        logits = self.lm_head(torch.cat([before, hidden[:, :-1]], dim=1))
         if subs:
             logits = subs_parameterise(logits, input_ids, self.config.mask_token_id)
-        return TinyDLMOutput(logits=logits, cache=new_cache if use_cache else None)
+        new_cache = PrefixCache(kv=kv, last=hidden[:, -1:]) if use_cache else None
+        return TinyDLMOutput(logits=logits, cache=new_cache)
+
+    def training_logits(self, x_t: torch.Tensor, x: torch.Tensor, block: int) -> torch.Tensor:
+        """Logits for every position of the noisy `x_t`, each block seeing the clean `x` before
+        it, in one forward over [x_t ; x] (BD3-LM's vectorised form). A block's first position
+        is read from the clean state before the block, as in inference; the sequence's first
+        position has none and reads its own."""
+        length = x.shape[1]
+        hidden, _ = self.hidden_states(
+            torch.cat([x_t, x], 1),
+            vectorised_training_mask(length, block, device=x.device),
+            torch.arange(length, device=x.device).repeat(2),
+        )
+        noisy, clean = hidden[:, :length], hidden[:, length:]
+        before = torch.cat([noisy[:, :1], noisy[:, :-1]], dim=1)
+        starts = torch.arange(block, length, block, device=x.device)
+        before[:, starts] = clean[:, starts - 1]
+        return self.lm_head(before)
 
 
 def subs_parameterise(logits: torch.Tensor, input_ids: torch.Tensor, mask_id: int) -> torch.Tensor:
@@ -185,8 +231,8 @@ def vectorised_training_mask(
 
 @torch.no_grad()
 def from_causal(causal: PreTrainedModel, mask_token_id: int) -> TinyDLM:
-    """A TinyDLM holding a Llama-architecture causal LM's weights. With a causal mask it
-    computes exactly what the causal LM computes, so diffusion training starts from a good
+    """A TinyDLM holding a Llama-architecture causal LM's weights. With a causal mask its logit
+    at position i is exactly the causal LM's at i - 1, so diffusion training starts from a good
     prefix encoder and next-token predictor (Dream was initialised from Qwen2.5 the same way)."""
     c = causal.config
     dlm = TinyDLM(

@@ -12,6 +12,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from specbench.models.tiny.dlm import subs_parameterise
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -178,23 +180,14 @@ def dlm_loss(
     `block`, every block of the sequence is noised and trained at once against the clean
     prefix before it. In a wholly masked block the first position's law is exactly the AR
     target's next-token law, so there it is also distilled from the teacher's logits."""
-    from specbench.models.tiny.dlm import vectorised_training_mask
-
     mask_id = model.config.mask_token_id
     x_t, masked, t = masked_copy(x, mask_id, g, full_share=full_share)
+    masked[:, 0] = False  # nothing precedes the first position to predict it from
     length = x.shape[1]
     if block is None:
         logits = model(input_ids=x_t, subs=False).logits
     else:
-        positions = torch.arange(length).repeat(2)
-        mask = vectorised_training_mask(length, block)
-        logits = model(
-            input_ids=torch.cat([x_t, x], 1),
-            attention_mask=mask,
-            position_ids=positions,
-            subs=False,
-        )
-        logits = logits.logits[:, :length]
+        logits = model.training_logits(x_t, x, block)
     logits = logits.float()
     logits[
         ..., mask_id
@@ -260,16 +253,11 @@ def evaluate_dlm(
     g = torch.Generator().manual_seed(0)
     total_loss = total_hits = count = 0.0
     mask_id = model.config.mask_token_id
-    positions = torch.arange(seq_len).repeat(2)
-    from specbench.models.tiny.dlm import vectorised_training_mask
-
-    mask = vectorised_training_mask(seq_len, block)
     for i in range(min(windows, len(stream) // seq_len)):
         x = stream[i * seq_len : (i + 1) * seq_len].unsqueeze(0)
         x_t, masked, t = masked_copy(x, mask_id, g)
-        logits = model(
-            input_ids=torch.cat([x_t, x], 1), attention_mask=mask, position_ids=positions
-        ).logits[0, :seq_len]
+        masked[:, 0] = False
+        logits = subs_parameterise(model.training_logits(x_t, x, block), x_t, mask_id)[0]
         m = masked[0]
         total_loss += F.cross_entropy(logits[m], x[0, m], reduction="sum").item()
         total_hits += (logits[m].argmax(-1) == x[0, m]).sum().item()
