@@ -45,7 +45,7 @@ class LoggingConfig:
 
 @dataclass
 class RunConfig:
-    max_new_tokens: int = 128
+    max_new_tokens: int | None = None  # null: each task's own default
     limit: int | None = None
     seed: int = 0
     warmup: int = 2

@@ -11,7 +11,7 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from specbench.decoding.generation import Decoder, Generation
+from specbench.decoding.generation import Decoder, Generation, Stop
 from specbench.metrics.summary import first_divergence
 from specbench.results.store import RunStore
 from specbench.results.wandb import WandbMirror
@@ -29,16 +29,33 @@ def sample_seed(seed: int, sample_id: str) -> int:
     return zlib.crc32(f"{seed}:{sample_id}".encode())
 
 
-def _arm_fields(gen: Generation, text: str, quality: dict[str, float]) -> dict[str, Any]:
+def _arm_fields(gen: Generation, answers: list[str], quality: dict[str, float]) -> dict[str, Any]:
     return {
         "output_ids": gen.tokens,
         "new_tokens": len(gen.tokens),
         "wall_s": gen.wall_s,
         "ttft_s": gen.ttft_s,
         "target_calls": gen.target_calls,
-        "text": text,
+        "text": answers[0] if len(answers) == 1 else answers,
         "quality": quality,
     }
+
+
+def merge(turns: list[Generation]) -> Generation:
+    """A multi-turn conversation counted as one generation: tokens of every turn in order,
+    times and calls summed (each turn's prefill counts as its time to first token)."""
+    if len(turns) == 1:
+        return turns[0]
+    return Generation(
+        tokens=[t for g in turns for t in g.tokens],
+        wall_s=sum(g.wall_s for g in turns),
+        ttft_s=sum(g.ttft_s for g in turns),
+        target_calls=sum(g.target_calls for g in turns),
+        drafter_calls=sum(g.drafter_calls for g in turns),
+        draft_s=sum(g.draft_s for g in turns),
+        draft_lengths=[n for g in turns for n in g.draft_lengths],
+        accepted=[n for g in turns for n in g.accepted],
+    )
 
 
 def evaluate(
@@ -47,6 +64,7 @@ def evaluate(
     samples: list[Sample],
     prompt_ids: dict[str, list[int]],
     tokenizer: PreTrainedTokenizerBase,
+    stop: Stop,
     device: torch.device,
     run_cfg: Any,
     store: RunStore,
@@ -55,11 +73,24 @@ def evaluate(
     todo = [s for s in samples if s.id not in store.done]
     if not todo:
         return
-    max_new = run_cfg.max_new_tokens
+    max_new = run_cfg.max_new_tokens or task.cfg.max_new_tokens
 
-    def run_arm(decoder: Decoder, sample: Sample) -> Generation:
+    def run_arm(decoder: Decoder, sample: Sample) -> tuple[Generation, list[str]]:
+        """Every turn of the sample; a later turn's prompt holds this arm's earlier answers."""
         generator = torch.Generator(device=device).manual_seed(sample_seed(run_cfg.seed, sample.id))
-        return decoder.generate(prompt_ids[sample.id], max_new, generator)
+        turns: list[Generation] = []
+        answers: list[str] = []
+        for k in range(len(sample.user_turns)):
+            ids = (
+                prompt_ids[sample.id]
+                if k == 0
+                else task.prompt_ids(tokenizer, sample, task.chat, answers)
+            )
+            turns.append(decoder.generate(ids, max_new, generator, stop))
+            answers.append(
+                task.answer(tokenizer.decode(turns[-1].tokens, skip_special_tokens=True))
+            )
+        return merge(turns), answers
 
     for i in range(run_cfg.warmup):
         for decoder in filter(None, (arms.baseline, arms.method)):
@@ -71,18 +102,17 @@ def evaluate(
     tokens = seconds = calls = 0.0
     for k, sample in enumerate(bar):
         order = ("baseline", "method") if k % 2 == 0 else ("method", "baseline")
-        gens: dict[str, Generation] = {}
+        outputs: dict[str, tuple[Generation, list[str]]] = {}
         for arm in order:
             decoder = getattr(arms, arm)
             if decoder is not None:
-                gens[arm] = run_arm(decoder, sample)
-        gen = gens["method"]
-        text = tokenizer.decode(gen.tokens, skip_special_tokens=True)
+                outputs[arm] = run_arm(decoder, sample)
+        gen, answers = outputs["method"]
         record = {
             "id": sample.id,
             "meta": sample.meta,
             "prompt_tokens": len(prompt_ids[sample.id]),
-            **_arm_fields(gen, text, task.score(sample, text)),
+            **_arm_fields(gen, answers, task.score_answers(sample, answers)),
             "decode_s": gen.wall_s - gen.ttft_s,
             "drafter_calls": gen.drafter_calls,
             "draft_s": gen.draft_s,
@@ -94,10 +124,10 @@ def evaluate(
             "first_divergence": None,
             "baseline": None,
         }
-        if "baseline" in gens:
-            base = gens["baseline"]
-            base_text = tokenizer.decode(base.tokens, skip_special_tokens=True)
-            record["baseline"] = _arm_fields(base, base_text, task.score(sample, base_text))
+        if "baseline" in outputs:
+            base, base_answers = outputs["baseline"]
+            quality = task.score_answers(sample, base_answers)
+            record["baseline"] = _arm_fields(base, base_answers, quality)
             record["first_divergence"] = first_divergence(gen.tokens, base.tokens)
         store.append(record)
         mirror.log_sample(record)

@@ -32,7 +32,7 @@ class MethodSpec:
 class TaskSpec:
     name: str
     config: type
-    build: Callable[[Any], Any]  # task_cfg -> Task
+    build: Callable[[Any, bool], Any]  # (task_cfg, the target reads chat templates) -> Task
 
 
 METHODS: dict[str, MethodSpec] = {}

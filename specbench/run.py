@@ -15,6 +15,7 @@ from rich.table import Table
 from specbench import paths
 from specbench.config import ModelConfig
 from specbench.decoding.autoregressive import AutoregressiveDecoder
+from specbench.decoding.generation import Stop
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
 from specbench.evaluate import Arms, evaluate
@@ -53,8 +54,8 @@ def _check_run(run: Any) -> None:
         (
             "run.max_new_tokens",
             run.max_new_tokens,
-            run.max_new_tokens >= 1,
-            "must be an integer >= 1",
+            run.max_new_tokens is None or run.max_new_tokens >= 1,
+            "must be null (the task's default) or an integer >= 1",
         ),
         ("run.temperature", run.temperature, run.temperature >= 0, "must be >= 0 (0 = greedy)"),
         ("run.top_p", run.top_p, 0 < run.top_p <= 1, "must be in (0, 1]"),
@@ -147,7 +148,10 @@ def prepare(cfg: DictConfig) -> Plan:
 
     if cfg.task.name not in TASKS:
         raise ConfigError("task", cfg.task.name, f"allowed: {', '.join(sorted(TASKS))}")
-    task = TASKS[cfg.task.name].build(cfg.task)
+    task = TASKS[cfg.task.name].build(cfg.task, cfg.target.chat_template)
+    max_new = cfg.run.max_new_tokens or cfg.task.max_new_tokens
+    if max_new < 1:
+        raise ConfigError("task.max_new_tokens", max_new, "must be an integer >= 1")
     samples = task.samples()[: cfg.run.limit]
     if not samples:
         raise ConfigError("task", cfg.task.name, "has no samples with these settings")
@@ -160,13 +164,13 @@ def prepare(cfg: DictConfig) -> Plan:
         seen.add(sample.id)
     prompt_ids = {s.id: task.prompt_ids(tokenizer, s, cfg.target.chat_template) for s in samples}
     for sample in samples:
-        need = len(prompt_ids[sample.id]) + cfg.run.max_new_tokens
+        need = len(prompt_ids[sample.id]) + max_new
         for key, ctx in contexts:
             if ctx is not None and need > ctx:
                 raise ConfigError(
                     f"{cfg.task.name}[{sample.id}]",
                     f"{len(prompt_ids[sample.id])} prompt tokens",
-                    f"prompt + run.max_new_tokens ({cfg.run.max_new_tokens}) must fit the {key}'s context of {ctx} tokens",
+                    f"prompt + max_new_tokens ({max_new}) must fit the {key}'s context of {ctx} tokens",
                 )
 
     digest = config_hash(config)
@@ -220,6 +224,11 @@ def execute(plan: Plan) -> dict[str, Any]:
             plan.samples,
             plan.prompt_ids,
             plan.tokenizer,
+            Stop(
+                frozenset(target.eos_token_ids),
+                tuple(cfg.task.stop),
+                decode=plan.tokenizer.decode,
+            ),
             plan.device,
             cfg.run,
             plan.store,
@@ -249,20 +258,10 @@ def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def print_summary(summary: dict[str, Any], run_dir: Any) -> None:
-    table = Table(title=f"{summary['run_id']}  ({summary['n_samples']} samples)")
-    for col in (
-        "speedup",
-        "tok/s",
-        "base tok/s",
-        "tau",
-        "accept rate",
-        "tpf",
-        "ttft ms",
-        "lossless",
-    ):
-        table.add_column(col, justify="right")
-    table.add_row(
+def _row(name: str, summary: dict[str, Any]) -> list[str]:
+    return [
+        name,
+        str(summary["n_samples"]),
         _fmt(summary.get("speedup"), ".2f"),
         _fmt(summary.get("tok_s"), ".1f"),
         _fmt(summary.get("baseline_tok_s"), ".1f"),
@@ -271,9 +270,25 @@ def print_summary(summary: dict[str, Any], run_dir: Any) -> None:
         _fmt(summary.get("tpf"), ".2f"),
         _fmt(summary.get("ttft_ms"), ".1f"),
         _fmt(summary.get("lossless_rate"), ".2f"),
-    )
+    ]
+
+
+def print_summary(summary: dict[str, Any], run_dir: Any) -> None:
+    """One row for the run, one per category when the task has them, and each quality
+    metric beside the baseline's on the same samples."""
+    table = Table(title=summary["run_id"])
+    columns = ("", "n", "speedup", "tok/s", "base tok/s", "tau", "accept", "tpf", "ttft ms")
+    for col in (*columns, "lossless"):
+        table.add_column(col, justify="right")
+    table.add_row(*_row("all", summary))
+    for category, part in summary.get("by_category", {}).items():
+        table.add_row(*_row(category, part))
     console = Console()
     console.print(table)
+    baseline = summary.get("baseline_quality", {})
+    for metric, value in summary.get("quality", {}).items():
+        beside = f"  (baseline {baseline[metric]:.4g})" if metric in baseline else ""
+        console.print(f"{summary['task']} {metric}: {value:.4g}{beside}")
     console.print(f"[dim]{summary['env']}[/dim]")
     console.print(f"records: {run_dir}")
 

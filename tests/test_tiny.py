@@ -9,10 +9,12 @@ import pytest
 import torch
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
+from conftest import compose_cfg
 from specbench import paths
 from specbench.config import ModelConfig
 from specbench.decoding.autoregressive import AutoregressiveDecoder
 from specbench.decoding.drafters.ar import SpSConfig, build
+from specbench.decoding.generation import Stop
 from specbench.decoding.warp import Warp
 from specbench.models.causal import CausalLM
 from specbench.models.loading import load_causal_lm
@@ -20,9 +22,11 @@ from specbench.models.tiny import corpus
 from specbench.models.tiny.dlm import (
     TinyDLM,
     block_causal_mask,
-    vectorised_training_mask,
+    from_causal,
+    subs_parameterise,
 )
 from specbench.models.tiny.train import Schedule, Shape, causal_model, token_stream, train_causal
+from specbench.run import execute, prepare
 
 
 def tiny(name: str) -> CausalLM:
@@ -132,9 +136,62 @@ def test_block_causal_prefix_cache_is_exact_and_matches_training(dlm, tokenizer)
     # The vectorised training input [x_t ; x] sees block 2 (positions 32..47) exactly as inference does.
     x_t = ids.clone()
     x_t[0, 32:48] = tokenizer.mask_token_id
-    train_view = dlm(
-        torch.cat([x_t, ids], 1),
-        attention_mask=vectorised_training_mask(48, 16),
-        position_ids=torch.arange(48).repeat(2),
-    ).logits.softmax(-1)[0, 32:48]
+    train_view = subs_parameterise(
+        dlm.training_logits(x_t, ids, block=16), x_t, tokenizer.mask_token_id
+    ).softmax(-1)[0, 32:48]
     torch.testing.assert_close(train_view, full, rtol=1e-4, atol=1e-5)
+
+
+def test_an_ar_initialised_dlm_drafts_its_first_position_as_the_ar_model_predicts(
+    tokenizer,
+) -> None:
+    """The right shift: after a cached clean prefix, the first masked position is read from the
+    prefix's last state, so a DLM initialised from a causal LM starts as that LM's next-token
+    law there (what AR initialisation is for)."""
+    causal = AutoModelForCausalLM.from_pretrained(paths.TINY_DIR / "tiny-ar", dtype=torch.float32)
+    dlm = from_causal(causal, tokenizer.mask_token_id).eval()
+    ids = torch.tensor([tokenizer(corpus.texts("heldout")[1])["input_ids"][:40]])
+    with torch.no_grad():
+        prefix = dlm(ids, attention_mask=block_causal_mask(40, 40), use_cache=True).cache
+        block = torch.full((1, 8), tokenizer.mask_token_id)
+        drafted = dlm(block, cache=prefix, subs=False).logits[0, 0]
+        expected = causal(ids).logits[0, -1]
+    expected[tokenizer.mask_token_id] = drafted[tokenizer.mask_token_id]
+    torch.testing.assert_close(drafted, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_stop_strings_end_sps_exactly_where_plain_decoding_ends(tokenizer) -> None:
+    target, drafter = tiny("tiny"), tiny("tiny-ar")
+    baseline = AutoregressiveDecoder(target, Warp())
+    method = build(SpSConfig(gamma=4), target, drafter, Warp())
+    stop = Stop(frozenset(target.eos_token_ids), ("\n\n", "return"), decode=tokenizer.decode)
+    rows = [
+        json.loads(line) for line in (paths.TINY_DIR / "tiny_code.jsonl").read_text().splitlines()
+    ]
+    stopped = 0
+    for row in rows[:40]:
+        prompt = tokenizer(row["prompt"])["input_ids"]
+        plain = baseline.generate(prompt, 64, torch.Generator(), stop).tokens
+        assert method.generate(prompt, 64, torch.Generator(), stop).tokens == plain, row["id"]
+        end = stop.first(plain)
+        assert end in (None, len(plain) - 1)  # nothing is emitted past the stop
+        stopped += end is not None
+    assert stopped >= 10  # the stop strings did end generations (17 of 40 here)
+
+
+def test_a_multi_turn_task_runs_end_to_end_with_categories(tmp_path) -> None:
+    cfg = compose_cfg(
+        "task=spec_bench",
+        "task.categories=[mt_bench,qa]",
+        "run.limit=3",
+        "run.max_new_tokens=6",
+        f"run.results_dir={tmp_path}",
+    )
+    plan = prepare(cfg)
+    assert [s.meta["category"] for s in plan.samples] == ["mt_bench"] * 3
+    summary = execute(plan)
+    records = plan.store.records
+    assert all(isinstance(r["text"], list) and len(r["text"]) == 2 for r in records)
+    assert all(r["first_divergence"] is None for r in records)  # greedy SpS: lossless, both turns
+    assert all(r["baseline"]["text"] == r["text"] for r in records)
+    assert summary["by_category"]["mt_bench"]["n_samples"] == 3

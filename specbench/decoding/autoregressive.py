@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specbench.decoding.generation import Generation
+from specbench.decoding.generation import Generation, Stop
 from specbench.decoding.warp import Warp
 from specbench.metrics.speed import Stopwatch
 from specbench.models.causal import CausalLM
@@ -19,9 +19,14 @@ class AutoregressiveDecoder:
         self.warp = warp
 
     def generate(
-        self, prompt_ids: list[int], max_new_tokens: int, generator: torch.Generator
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        generator: torch.Generator,
+        stop: Stop | None = None,
     ) -> Generation:
-        target, stop_ids = self.target, self.target.eos_token_ids
+        target = self.target
+        stop = stop or Stop(frozenset(target.eos_token_ids))
         clock = Stopwatch(target.device)
         calls_before = target.calls
         clock.start()
@@ -31,7 +36,7 @@ class AutoregressiveDecoder:
             token = self.warp.sample(logits, generator)
             tokens.append(token)
             clock.first_token()
-            if token in stop_ids or len(tokens) >= max_new_tokens:
+            if stop.first(tokens, len(tokens) - 1) is not None or len(tokens) >= max_new_tokens:
                 break
             logits = target.forward_tokens([token], keep=1)[0]
         return Generation(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -31,15 +32,44 @@ class Generation:
     accepted: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Stop:
+    """Where a generation ends: at a stop token, or at the token that completes a stop string
+    in the decoded text; either token is kept. Every position is checked in order, so a method
+    that emits several tokens per round stops exactly where plain decoding does."""
+
+    ids: frozenset[int]
+    strings: tuple[str, ...] = ()
+    decode: Callable[[list[int]], str] | None = None
+
+    @property
+    def window(self) -> int:
+        """Tokens enough to spell the longest stop string (a token is at least one byte)."""
+        return max((len(s.encode()) for s in self.strings), default=0) + 1
+
+    def first(self, tokens: list[int], start: int = 0) -> int | None:
+        """Index of the first token at or after `start` that ends the generation."""
+        for i in range(start, len(tokens)):
+            if tokens[i] in self.ids:
+                return i
+            if self.strings:
+                text = self.decode(tokens[max(0, i + 1 - self.window) : i + 1])
+                if any(s in text for s in self.strings):
+                    return i
+        return None
+
+    def cut(self, tokens: list[int], start: int = 0) -> tuple[list[int], bool]:
+        """The tokens up to and including the first stop at or after `start`, and whether
+        there was one."""
+        end = self.first(tokens, start)
+        return (tokens, False) if end is None else (tokens[: end + 1], True)
+
+
 class Decoder(Protocol):
     def generate(
-        self, prompt_ids: list[int], max_new_tokens: int, generator: torch.Generator
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        generator: torch.Generator,
+        stop: Stop | None = None,
     ) -> Generation: ...
-
-
-def cut_at_stop(tokens: list[int], stop_ids: set[int]) -> tuple[list[int], bool]:
-    """Tokens up to and including the first stop token, and whether one was found."""
-    for i, tok in enumerate(tokens):
-        if tok in stop_ids:
-            return tokens[: i + 1], True
-    return tokens, False

@@ -6,7 +6,7 @@ from typing import Protocol
 
 import torch
 
-from specbench.decoding.generation import Draft, Generation, cut_at_stop
+from specbench.decoding.generation import Draft, Generation, Stop
 from specbench.decoding.verify import AcceptanceRule
 from specbench.decoding.warp import Warp
 from specbench.metrics.speed import Stopwatch
@@ -48,9 +48,14 @@ class SpeculativeDecoder:
         self.warp, self.schedule = warp, schedule
 
     def generate(
-        self, prompt_ids: list[int], max_new_tokens: int, generator: torch.Generator
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        generator: torch.Generator,
+        stop: Stop | None = None,
     ) -> Generation:
-        target, drafter, stop_ids = self.target, self.drafter, self.target.eos_token_ids
+        target, drafter = self.target, self.drafter
+        stop = stop or Stop(frozenset(target.eos_token_ids))
         clock = Stopwatch(target.device)
         target_calls, drafter_calls = target.calls, drafter.calls
         clock.start()
@@ -71,8 +76,9 @@ class SpeculativeDecoder:
                 logits, draft.q_probs, draft.tokens, self.warp, generator
             )
             target.rollback(target.length - (len(draft.tokens) - n_accepted))
-            emitted, stopped = cut_at_stop(draft.tokens[:n_accepted] + [next_token], stop_ids)
-            tokens += emitted
+            tokens, stopped = stop.cut(
+                tokens + draft.tokens[:n_accepted] + [next_token], start=len(tokens)
+            )
             unread = [next_token]
             clock.first_token()
             draft_lengths.append(len(draft.tokens))

@@ -37,9 +37,12 @@ def _quality_means(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: mean(row[k] for row in rows if k in row) for k in names}
 
 
-def summarize(records: list[dict[str, Any]], greedy: bool) -> dict[str, Any]:
+def summarize(
+    records: list[dict[str, Any]], greedy: bool, by_category: bool = True
+) -> dict[str, Any]:
     """`greedy` says whether token equality with the baseline is the losslessness test (it is
-    only at temperature 0; sampled runs are checked for distribution, in the tests)."""
+    only at temperature 0; sampled runs are checked for distribution, in the tests). Records
+    whose samples carry a category (Spec-Bench, MT-Bench) are also summarised per category."""
     n = len(records)
     if n == 0:
         return {"n_samples": 0}
@@ -81,4 +84,10 @@ def summarize(records: list[dict[str, Any]], greedy: bool) -> dict[str, Any]:
         summary["lossless_rate"] = (
             mean(r["first_divergence"] is None for r in records) if greedy else None
         )
+    categories = sorted({c for r in records if (c := (r.get("meta") or {}).get("category"))})
+    if by_category and categories:
+        summary["by_category"] = {
+            c: summarize([r for r in records if r["meta"].get("category") == c], greedy, False)
+            for c in categories
+        }
     return summary

@@ -12,7 +12,13 @@ import tempfile
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedTokenizerBase,
+)
 
 from specbench import paths
 from specbench.config import ModelConfig
@@ -65,6 +71,10 @@ def context_length(cfg: ModelConfig, key: str) -> int | None:
     config = AutoConfig.from_pretrained(
         resolve(cfg, key), revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
     )
+    return max_positions(config)
+
+
+def max_positions(config: PretrainedConfig) -> int | None:
     text = config.get_text_config()
     for attr in ("max_position_embeddings", "n_positions", "n_ctx", "seq_length"):
         value = getattr(text, attr, None)

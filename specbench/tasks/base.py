@@ -2,23 +2,45 @@
 
 from __future__ import annotations
 
+import gzip
+import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omegaconf import MISSING
 from transformers import PreTrainedTokenizerBase
 
 from specbench.errors import ConfigError
 
 
 @dataclass
+class TaskConfig:
+    """Keys every task has: its default length and stop strings (`run.max_new_tokens`, when
+    set, overrides the length for every task of a sweep)."""
+
+    name: str = MISSING
+    max_new_tokens: int = 128
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Sample:
+    """`turns` are the user messages (a chat target sees them through its chat template); a
+    base target sees `prompt`, the task's plain-text format of the first turn (few-shot
+    exemplars included), or the first turn itself when there is none."""
+
     id: str
     prompt: str | None = None
-    messages: list[dict[str, str]] | None = None
+    turns: list[str] = field(default_factory=list)
     reference: Any = None
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def user_turns(self) -> list[str]:
+        return self.turns or [self.prompt]
 
 
 class Task:
@@ -28,25 +50,51 @@ class Task:
     name: str = ""
     metrics: dict[str, bool] = {}
 
+    def __init__(self, cfg: TaskConfig, chat: bool = False):
+        self.cfg = cfg
+        self.chat = chat  # the target reads chat-templated prompts (its config's chat_template)
+
     def samples(self) -> list[Sample]:
         raise NotImplementedError
 
     def prompt_ids(
-        self, tokenizer: PreTrainedTokenizerBase, sample: Sample, chat_template: bool
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        sample: Sample,
+        chat_template: bool,
+        answers: Sequence[str] = (),
     ) -> list[int]:
-        """Chat-templated for instruct targets, plain text for base targets."""
-        messages = sample.messages or [{"role": "user", "content": sample.prompt}]
+        """The prompt of turn `len(answers)`, the earlier turns answered with `answers`:
+        chat-templated for instruct targets, plain text for base targets."""
+        turns = sample.user_turns[: len(answers) + 1]
         if chat_template:
+            messages = []
+            for i, turn in enumerate(turns):
+                messages.append({"role": "user", "content": turn})
+                if i < len(answers):
+                    messages.append({"role": "assistant", "content": answers[i]})
             return list(
                 tokenizer.apply_chat_template(
                     messages, add_generation_prompt=True, tokenize=True, return_dict=False
                 )
             )
-        text = sample.prompt if sample.prompt is not None else messages[-1]["content"]
-        return tokenizer(text, add_special_tokens=True)["input_ids"]
+        parts = [sample.prompt if sample.prompt is not None else turns[0]]
+        for answer, turn in zip(answers, turns[1:]):
+            parts += [answer, turn]
+        return tokenizer("\n\n".join(parts), add_special_tokens=True)["input_ids"]
+
+    def answer(self, text: str) -> str:
+        """The decoded completion cut at the first stop string (its token ends decoding)."""
+        for stop in self.cfg.stop:
+            text = text.split(stop, 1)[0]
+        return text
 
     def score(self, sample: Sample, completion: str) -> dict[str, float]:
         return {}
+
+    def score_answers(self, sample: Sample, answers: list[str]) -> dict[str, float]:
+        """Multi-turn tasks override this; a single-turn task scores its one answer."""
+        return self.score(sample, answers[0])
 
 
 def read_jsonl(path: str, key: str, required: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -68,3 +116,51 @@ def read_jsonl(path: str, key: str, required: tuple[str, ...]) -> list[dict[str,
                 raise ConfigError(key, path, f"line {lineno}: missing field(s) {missing}")
             rows.append(row)
     return rows
+
+
+def read_rows(path: str, key: str) -> list[dict[str, Any]]:
+    """A local data file in its upstream format: JSONL (optionally gzipped) or a JSON array."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(
+            key, path, "no such file; give 'hub' or a local .jsonl/.jsonl.gz/.json file"
+        )
+    if file.suffix == ".json":
+        rows = json.loads(file.read_text(encoding="utf-8"))
+        if not isinstance(rows, list):
+            raise ConfigError(key, path, "a .json file must hold one array of records")
+        return rows
+    if file.suffix == ".gz":
+        with gzip.open(file, "rt", encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+    return read_jsonl(path, key, required=())
+
+
+def hub_rows(
+    key: str, dataset: str, name: str | None, split: str, first: int | None = None
+) -> list[dict[str, Any]]:
+    """A split from the Hugging Face hub (cached by `datasets`), or its `first` rows streamed;
+    a failure names the config key that selects a local file instead."""
+    import datasets
+
+    try:
+        if first is not None:
+            stream = datasets.load_dataset(dataset, name, split=split, streaming=True)
+            return list(itertools.islice(stream, first))
+        return list(datasets.load_dataset(dataset, name, split=split))
+    except Exception as err:  # noqa: BLE001 - any hub failure becomes one readable line
+        raise ConfigError(
+            key,
+            "hub",
+            f"loading {dataset} ({name or 'default'}, {split}) failed: "
+            f"{type(err).__name__}: {str(err).splitlines()[0][:200]}; give a local file path",
+        ) from None
+
+
+def rows_from(
+    source: str, key: str, dataset: str, name: str | None, split: str, first: int | None = None
+) -> list[dict[str, Any]]:
+    """`source` is "hub" or a local file path; `first` keeps only the first rows."""
+    if source == "hub":
+        return hub_rows(key, dataset, name, split, first)
+    return read_rows(source, key)[:first]

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specbench.registry import TaskSpec, register_task
-from specbench.tasks.base import Sample, Task, read_jsonl
+from specbench.tasks.base import Sample, Task, TaskConfig, read_jsonl
 
 
 @dataclass
-class PromptsConfig:
+class PromptsConfig(TaskConfig):
     name: str = "prompts"
     path: str = "${pkgdata:demo_prompts.jsonl}"
 
@@ -17,11 +17,8 @@ class PromptsConfig:
 class PromptsTask(Task):
     name = "prompts"
 
-    def __init__(self, cfg: PromptsConfig):
-        self.path = cfg.path
-
     def samples(self) -> list[Sample]:
-        rows = read_jsonl(self.path, "task.path", required=("id", "prompt"))
+        rows = read_jsonl(self.cfg.path, "task.path", required=("id", "prompt"))
         return [Sample(id=str(row["id"]), prompt=row["prompt"]) for row in rows]
 
 

@@ -1,4 +1,7 @@
-"""Spec-Bench (Xia et al. 2024): 480 questions in 13 categories; the first turn is the prompt."""
+"""Spec-Bench (Xia et al. 2024): 480 questions from six sources, reported per category as the
+paper does: multi-turn conversation (MT-Bench's 80, both turns, each arm answering the second
+after its own first answer), translation, summarization, question answering, mathematical
+reasoning and retrieval-augmented generation."""
 
 from __future__ import annotations
 
@@ -6,38 +9,57 @@ from dataclasses import dataclass, field
 
 from specbench.errors import ConfigError
 from specbench.registry import TaskSpec, register_task
-from specbench.tasks.base import Sample, Task, read_jsonl
+from specbench.tasks.base import Sample, Task, TaskConfig, read_jsonl
+
+MT_BENCH = {
+    "writing",
+    "roleplay",
+    "reasoning",
+    "math",
+    "coding",
+    "extraction",
+    "stem",
+    "humanities",
+}
+CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
+
+
+def category_of(raw: str) -> str:
+    return "mt_bench" if raw in MT_BENCH else raw
 
 
 @dataclass
-class SpecBenchConfig:
+class SpecBenchConfig(TaskConfig):
     name: str = "spec_bench"
     path: str = "${data:spec_bench/question.jsonl}"
     categories: list[str] = field(default_factory=list)
+    multi_turn: bool = True  # MT-Bench questions: both turns (Spec-Bench's protocol), or the first
+    max_new_tokens: int = 1024
 
 
 class SpecBenchTask(Task):
     name = "spec_bench"
 
-    def __init__(self, cfg: SpecBenchConfig):
-        self.path, self.categories = cfg.path, list(cfg.categories)
-
     def samples(self) -> list[Sample]:
-        rows = read_jsonl(self.path, "task.path", required=("question_id", "category", "turns"))
-        known = sorted({row["category"] for row in rows})
-        unknown = [c for c in self.categories if c not in known]
+        unknown = [c for c in self.cfg.categories if c not in CATEGORIES]
         if unknown:
-            raise ConfigError("task.categories", unknown, f"allowed: {', '.join(known)}")
-        return [
-            Sample(
-                id=str(row["question_id"]),
-                prompt=row["turns"][0],
-                reference=row.get("reference"),
-                meta={"category": row["category"]},
+            raise ConfigError("task.categories", unknown, f"allowed: {', '.join(CATEGORIES)}")
+        rows = read_jsonl(self.cfg.path, "task.path", required=("question_id", "category", "turns"))
+        samples = []
+        for row in rows:
+            category = category_of(row["category"])
+            if self.cfg.categories and category not in self.cfg.categories:
+                continue
+            turns = row["turns"] if self.cfg.multi_turn else row["turns"][:1]
+            samples.append(
+                Sample(
+                    id=str(row["question_id"]),
+                    turns=list(turns),
+                    reference=row.get("reference"),
+                    meta={"category": category, "subcategory": row["category"]},
+                )
             )
-            for row in rows
-            if not self.categories or row["category"] in self.categories
-        ]
+        return samples
 
 
 register_task(TaskSpec(name="spec_bench", config=SpecBenchConfig, build=SpecBenchTask))

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from functools import cached_property
 
-import torch
-
-from specbench.config import ModelConfig
+from specbench.metrics.quality import OracleLM
 from specbench.registry import TaskSpec, register_task
-from specbench.tasks.base import Sample, Task, read_jsonl
+from specbench.tasks.base import Sample, Task, TaskConfig, read_jsonl
 
 
 @dataclass
-class TinyCodeConfig:
+class TinyCodeConfig(TaskConfig):
     name: str = "tiny_code"
     path: str = "${tiny:tiny_code.jsonl}"
     oracle: str | None = "specbench:tiny"
@@ -29,11 +26,8 @@ class TinyCodeTask(Task):
     name = "tiny_code"
     metrics = {"nll": False, "exact_match": True, "prefix_match": True}
 
-    def __init__(self, cfg: TinyCodeConfig):
-        self.path, self.oracle_ref = cfg.path, cfg.oracle
-
     def samples(self) -> list[Sample]:
-        rows = read_jsonl(self.path, "task.path", required=("id", "prompt", "reference"))
+        rows = read_jsonl(self.cfg.path, "task.path", required=("id", "prompt", "reference"))
         return [
             Sample(
                 id=r["id"],
@@ -44,21 +38,6 @@ class TinyCodeTask(Task):
             for r in rows
         ]
 
-    @cached_property
-    def oracle(self):
-        from specbench.models.loading import load_causal_lm
-
-        cfg = ModelConfig(name="oracle", name_or_path=self.oracle_ref)
-        return load_causal_lm(cfg, "task.oracle", torch.device("cpu"), "float32")
-
-    def nll(self, prompt: str, completion: str) -> float:
-        tokenizer = self.oracle.tokenizer
-        prompt_ids = tokenizer(prompt)["input_ids"]
-        completion_ids = tokenizer(completion)["input_ids"]
-        self.oracle.reset()
-        logits = self.oracle.forward_tokens(prompt_ids + completion_ids)[len(prompt_ids) - 1 : -1]
-        return torch.nn.functional.cross_entropy(logits, torch.tensor(completion_ids)).item()
-
     def score(self, sample: Sample, completion: str) -> dict[str, float]:
         reference = sample.reference
         matched = len(os.path.commonprefix([completion, reference]))
@@ -66,8 +45,9 @@ class TinyCodeTask(Task):
             "exact_match": float(completion.startswith(reference)),
             "prefix_match": matched / len(reference),
         }
-        if self.oracle_ref and completion:
-            scores["nll"] = self.nll(sample.prompt, completion)
+        nll = OracleLM(self.cfg.oracle).nll(sample.prompt, completion) if self.cfg.oracle else None
+        if nll is not None:
+            scores["nll"] = nll
         return scores
 
 

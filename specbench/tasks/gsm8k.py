@@ -1,0 +1,128 @@
+"""GSM8K (Cobbe et al. 2021): grade-school maths, exact-match accuracy of the final number.
+
+Base targets get lm-eval's `gsm8k_cot` prompt (the 8 chain-of-thought exemplars of Wei et al.
+2022, "Q: ... A: ... The answer is N."); instruct targets get the question zero-shot through the
+chat template with the same answer sentence asked for. The answer is extracted as lm-eval does:
+`strict` takes "The answer is N" (or the dataset's own "#### N"), `flexible` the last number.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from specbench.registry import TaskSpec, register_task
+from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
+
+EXEMPLARS = [
+    (
+        "There are 15 trees in the grove. Grove workers will plant trees in the grove today. "
+        "After they are done, there will be 21 trees. How many trees did the grove workers "
+        "plant today?",
+        "There are 15 trees originally. Then there were 21 trees after some more were planted. "
+        "So there must have been 21 - 15 = 6. The answer is 6.",
+    ),
+    (
+        "If there are 3 cars in the parking lot and 2 more cars arrive, how many cars are in the "
+        "parking lot?",
+        "There are originally 3 cars. 2 more cars arrive. 3 + 2 = 5. The answer is 5.",
+    ),
+    (
+        "Leah had 32 chocolates and her sister had 42. If they ate 35, how many pieces do they "
+        "have left in total?",
+        "Originally, Leah had 32 chocolates. Her sister had 42. So in total they had 32 + 42 = "
+        "74. After eating 35, they had 74 - 35 = 39. The answer is 39.",
+    ),
+    (
+        "Jason had 20 lollipops. He gave Denny some lollipops. Now Jason has 12 lollipops. How "
+        "many lollipops did Jason give to Denny?",
+        "Jason started with 20 lollipops. Then he had 12 after giving some to Denny. So he gave "
+        "Denny 20 - 12 = 8. The answer is 8.",
+    ),
+    (
+        "Shawn has five toys. For Christmas, he got two toys each from his mom and dad. How many "
+        "toys does he have now?",
+        "Shawn started with 5 toys. If he got 2 toys each from his mom and dad, then that is 4 "
+        "more toys. 5 + 4 = 9. The answer is 9.",
+    ),
+    (
+        "There were nine computers in the server room. Five more computers were installed each "
+        "day, from monday to thursday. How many computers are now in the server room?",
+        "There were originally 9 computers. For each of 4 days, 5 more computers were added. So "
+        "5 * 4 = 20 computers were added. 9 + 20 is 29. The answer is 29.",
+    ),
+    (
+        "Michael had 58 golf balls. On tuesday, he lost 23 golf balls. On wednesday, he lost 2 "
+        "more. How many golf balls did he have at the end of wednesday?",
+        "Michael started with 58 golf balls. After losing 23 on tuesday, he had 58 - 23 = 35. "
+        "After losing 2 more, he had 35 - 2 = 33 golf balls. The answer is 33.",
+    ),
+    (
+        "Olivia has $23. She bought five bagels for $3 each. How much money does she have left?",
+        "Olivia had 23 dollars. 5 bagels for 3 dollars each will be 5 x 3 = 15 dollars. So she "
+        "has 23 - 15 dollars left. 23 - 15 is 8. The answer is 8.",
+    ),
+]
+CHAT_INSTRUCTION = (
+    "Solve the following math problem step by step. End your response with "
+    '"The answer is N." where N is the final number.\n\n'
+)
+STRICT = re.compile(r"The answer is (\-?[0-9\.\,]+).|#### (\-?[0-9\.\,]+)")
+FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
+
+
+def normalise(answer: str) -> str:
+    """lm-eval's exact_match normalisation: no commas or dollar signs, no trailing period."""
+    answer = re.sub(r"(?s).*#### ", "", answer.strip())
+    return re.sub(r"\.$", "", answer.replace(",", "").replace("$", "")).strip()
+
+
+def extract_strict(text: str) -> str | None:
+    match = STRICT.search(text)
+    return None if match is None else next(g for g in match.groups() if g is not None)
+
+
+def extract_flexible(text: str) -> str | None:
+    matches = FLEXIBLE.findall(text)
+    return None if not matches else next(g for g in matches[-1] if g)
+
+
+@dataclass
+class Gsm8kConfig(TaskConfig):
+    name: str = "gsm8k"
+    source: str = "hub"  # or a local JSONL of {"question", "answer"} (the upstream test.jsonl)
+    shots: int = 8
+    max_new_tokens: int = 256
+    stop: list[str] = field(default_factory=lambda: ["Q:", "</s>", "<|im_end|>"])
+
+
+class Gsm8kTask(Task):
+    name = "gsm8k"
+    metrics = {"exact_match_strict": True, "exact_match_flexible": True}
+
+    def samples(self) -> list[Sample]:
+        rows = rows_from(self.cfg.source, "task.source", "openai/gsm8k", "main", "test")
+        shots = "".join(f"Q: {q}\nA: {a}\n\n" for q, a in EXEMPLARS[: self.cfg.shots])
+        return [
+            Sample(
+                id=f"gsm8k-{i:04d}",
+                prompt=f"{shots}Q: {row['question']}\nA:",
+                turns=[CHAT_INSTRUCTION + row["question"]],
+                reference=normalise(row["answer"]),
+            )
+            for i, row in enumerate(rows)
+        ]
+
+    def score(self, sample: Sample, completion: str) -> dict[str, float]:
+        strict, flexible = extract_strict(completion), extract_flexible(completion)
+        return {
+            "exact_match_strict": float(
+                strict is not None and normalise(strict) == sample.reference
+            ),
+            "exact_match_flexible": float(
+                flexible is not None and normalise(flexible) == sample.reference
+            ),
+        }
+
+
+register_task(TaskSpec(name="gsm8k", config=Gsm8kConfig, build=Gsm8kTask))

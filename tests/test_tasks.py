@@ -1,0 +1,171 @@
+"""Every task reads the shared upstream files in place, builds its prompts, and scores a
+correct and an incorrect completion as it should; code tasks through the sandbox."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from specbench import paths
+from specbench.errors import ConfigError
+from specbench.metrics import sandbox
+from specbench.tasks.cnn_dm import CnnDmConfig, CnnDmTask
+from specbench.tasks.gsm8k import (
+    Gsm8kConfig,
+    Gsm8kTask,
+    extract_flexible,
+    extract_strict,
+    normalise,
+)
+from specbench.tasks.humaneval import HumanEvalConfig, HumanEvalTask
+from specbench.tasks.mbpp import MbppConfig, MbppTask
+from specbench.tasks.mt_bench import MtBenchConfig, MtBenchTask, judge_prompt
+from specbench.tasks.owt import OwtConfig, OwtTask
+from specbench.tasks.spec_bench import CATEGORIES, SpecBenchConfig, SpecBenchTask
+
+DATA = paths.data_dir()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")
+
+
+def spec_bench_rows() -> list[dict]:
+    return [json.loads(line) for line in (DATA / "spec_bench/question.jsonl").open()]
+
+
+def test_cnn_dm_reads_both_upstream_formats_and_scores_rouge(tmp_path: Path) -> None:
+    from_spec_bench = CnnDmTask(CnnDmConfig(source=str(DATA / "spec_bench/question.jsonl")))
+    samples = from_spec_bench.samples()
+    assert len(samples) == 80 and all(s.user_turns[0].startswith("Summarize: ") for s in samples)
+    hub_format = tmp_path / "cnn_dm.jsonl"
+    hub_format.write_text(
+        "".join(
+            json.dumps({"id": f"a{i}", "article": s.turns[0][11:], "highlights": s.reference})
+            + "\n"
+            for i, s in enumerate(samples)
+        )
+    )
+    again = CnnDmTask(CnnDmConfig(source=str(hub_format))).samples()
+    assert [s.turns for s in again] == [s.turns for s in samples]
+    sample = samples[0]
+    right = from_spec_bench.score(sample, sample.reference)
+    wrong = from_spec_bench.score(sample, "The weather in the mountains was cold all week.")
+    assert right == {"rouge1": 1.0, "rouge2": 1.0, "rougeL": 1.0}
+    assert all(wrong[k] < 0.2 for k in wrong)
+
+
+def test_owt_continues_a_fixed_token_prefix_and_scores_perplexity(tmp_path, tokenizer) -> None:
+    articles = [r["turns"][0][11:] for r in spec_bench_rows() if r["category"] == "summarization"]
+    documents = tmp_path / "owt.jsonl"
+    documents.write_text("".join(json.dumps({"text": a}) + "\n" for a in articles[:5]))
+    task = OwtTask(OwtConfig(source=str(documents), prefix_tokens=32, oracle="specbench:tiny"))
+    samples = task.samples()
+    assert len(samples) == 5
+    ids = task.prompt_ids(tokenizer, samples[0], chat_template=False)
+    assert len(ids) == 32 and articles[0].startswith(samples[0].meta["prefix"])
+    rest = articles[0][len(samples[0].meta["prefix"]) :][:300]
+    right = task.score(samples[0], rest)["perplexity"]
+    wrong = task.score(samples[0], " ".join(reversed(rest.split())))["perplexity"]
+    assert right < wrong
+
+
+def test_gsm8k_prompts_and_extraction_on_every_reference_answer() -> None:
+    task = Gsm8kTask(Gsm8kConfig(source=str(DATA / "gsm8k/test.jsonl")))
+    samples = task.samples()
+    assert len(samples) == 1319
+    assert samples[0].prompt.count("Q: ") == 9 and samples[0].prompt.endswith("\nA:")
+    assert "The answer is" in samples[0].turns[0]
+    rows = [json.loads(line) for line in (DATA / "gsm8k/test.jsonl").open()]
+    for row, sample in zip(rows, samples):
+        assert normalise(extract_strict(row["answer"])) == sample.reference
+        assert normalise(extract_flexible(row["answer"])) == sample.reference
+    gold = samples[0].reference
+    assert task.score(samples[0], f"Some steps. The answer is {gold}.") == {
+        "exact_match_strict": 1.0,
+        "exact_match_flexible": 1.0,
+    }
+    assert task.score(samples[0], f"I think {int(gold) + 1}.") == {
+        "exact_match_strict": 0.0,
+        "exact_match_flexible": 0.0,
+    }
+
+
+def test_humaneval_canonical_solutions_pass_and_empty_ones_fail() -> None:
+    task = HumanEvalTask(HumanEvalConfig(source=str(DATA / "humaneval/HumanEval.jsonl.gz")))
+    samples = task.samples()
+    assert len(samples) == 164
+    started = time.perf_counter()
+    canonical = sandbox.run_many([task.program(s, s.reference) for s in samples], workers=4)
+    assert time.perf_counter() - started < 120  # the issue's throughput floor, 2 cores
+    assert [s.id for s, o in zip(samples, canonical) if not o.passed] == []
+    empty = sandbox.run_many([task.program(s, "") for s in samples], workers=4)
+    assert not any(o.passed for o in empty)
+    chat = HumanEvalTask(HumanEvalConfig(source=str(DATA / "humaneval/HumanEval.jsonl.gz")), True)
+    reply = f"Here it is:\n```python\n{samples[0].prompt}{samples[0].reference}```\nDone."
+    assert chat.score(samples[0], reply) == {"pass@1": 1.0}
+    assert chat.score(
+        samples[0], "```python\ndef has_close_elements(a, b):\n    return 1\n```"
+    ) == {"pass@1": 0.0}
+
+
+@pytest.mark.parametrize(
+    ("variant", "file", "count"),
+    [("sanitized", "sanitized-mbpp.json", 257), ("full", "mbpp.jsonl", 500)],
+)
+def test_mbpp_canonical_solutions_pass_and_empty_ones_fail(variant, file, count) -> None:
+    task = MbppTask(MbppConfig(variant=variant, source=str(DATA / "mbpp" / file)))
+    samples = task.samples()
+    assert len(samples) == count
+    assert samples[0].prompt.count("[BEGIN]") == 4 and samples[0].prompt.count("[DONE]") == 3
+    canonical = sandbox.run_many([task.program(s, s.reference) for s in samples], workers=4)
+    assert [s.id for s, o in zip(samples, canonical) if not o.passed] == []
+    empty = sandbox.run_many([task.program(s, "") for s in samples], workers=4)
+    assert not any(o.passed for o in empty)
+
+
+def test_mbpp_rejects_an_unknown_variant() -> None:
+    with pytest.raises(ConfigError, match="task.variant"):
+        MbppTask(MbppConfig(variant="tiny", source=str(DATA / "mbpp/mbpp.jsonl"))).samples()
+
+
+def test_mt_bench_second_turn_follows_the_models_own_first_answer(tokenizer) -> None:
+    task = MtBenchTask(MtBenchConfig(source=str(DATA / "mt_bench/question.jsonl")))
+    samples = task.samples()
+    assert len(samples) == 80 and all(len(s.turns) == 2 for s in samples)
+    sample = samples[0]
+    second = tokenizer.decode(task.prompt_ids(tokenizer, sample, False, ["MY FIRST ANSWER"]))
+    assert (
+        second.index(sample.turns[0])
+        < second.index("MY FIRST ANSWER")
+        < second.index(sample.turns[1])
+    )
+    assert task.score_answers(sample, ["one two three", "four"]) == {"answer_words": 2.0}
+    system, user = judge_prompt(sample.turns, ["A", "B"])
+    assert "second user question" in system and user.index("A") < user.index(sample.turns[1])
+
+
+def test_spec_bench_has_six_categories_and_multi_turn_conversations() -> None:
+    task = SpecBenchTask(SpecBenchConfig(path=str(DATA / "spec_bench/question.jsonl")))
+    samples = task.samples()
+    assert len(samples) == 480
+    assert sorted({s.meta["category"] for s in samples}) == sorted(CATEGORIES)
+    assert all(len(s.turns) == (2 if s.meta["category"] == "mt_bench" else 1) for s in samples)
+    only = SpecBenchTask(
+        SpecBenchConfig(path=str(DATA / "spec_bench/question.jsonl"), categories=["qa"])
+    ).samples()
+    assert len(only) == 80
+    with pytest.raises(ConfigError, match="task.categories"):
+        SpecBenchTask(
+            SpecBenchConfig(path=str(DATA / "spec_bench/question.jsonl"), categories=["poetry"])
+        ).samples()
+
+
+def test_a_missing_local_file_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="task.source"):
+        Gsm8kTask(Gsm8kConfig(source="/nonexistent/test.jsonl")).samples()
