@@ -22,7 +22,11 @@ class ModelConfig:
 
     name: str = MISSING
     name_or_path: str | None = MISSING
-    kind: str = "causal"
+    kind: str = "causal"  # causal | diffusion | none
+    adapter: str | None = None  # diffusion models: tiny | mdlm
+    mask_token_id: int | None = None  # diffusion models: null reads the model's config
+    context_length: int | None = None  # null reads the model's config
+    tokenizer: str | None = None  # where the tokenizer lives, if not beside the weights
     revision: str | None = None
     trust_remote_code: bool = False
     dtype: str | None = None
@@ -56,6 +60,7 @@ class RunConfig:
     top_k: int = 0
     top_p: float = 1.0
     threads: int | None = None
+    fit_context: str = "error"  # a prompt too long for a model's context: error, or truncate_left
     results_dir: str = "results/runs"
     experiment: str = "adhoc"
     name: str | None = None

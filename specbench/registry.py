@@ -22,6 +22,7 @@ class MethodSpec:
     config: type
     build: Callable[..., Any]  # (method_cfg, target, drafter, warp) -> Decoder
     needs_drafter: bool
+    drafter_kind: str = "causal"  # the `kind` a drafter's config must have: causal | diffusion
     check: Callable[[Any, Any], None] = lambda cfg, warp: None  # raises ConfigError on a bad knob
     lossless: Callable[[Any, Any], bool] = lambda cfg, warp: (
         True

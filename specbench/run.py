@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from specbench.errors import ConfigError
 from specbench.evaluate import Arms, evaluate
 from specbench.metrics.summary import summarize
 from specbench.models import loading
+from specbench.models.diffusion import ADAPTERS
 from specbench.registry import METHODS, TASKS, MethodSpec, discover
 from specbench.results.env import environment, fingerprint
 from specbench.results.store import RunStore, config_hash
@@ -61,6 +63,12 @@ def _check_run(run: Any) -> None:
         ("run.top_p", run.top_p, 0 < run.top_p <= 1, "must be in (0, 1]"),
         ("run.top_k", run.top_k, run.top_k >= 0, "must be >= 0 (0 = off)"),
         ("run.warmup", run.warmup, run.warmup >= 0, "must be >= 0"),
+        (
+            "run.fit_context",
+            run.fit_context,
+            run.fit_context in ("error", "truncate_left"),
+            "allowed: error, truncate_left",
+        ),
         ("run.limit", run.limit, run.limit is None or run.limit >= 1, "must be null (all) or >= 1"),
         (
             "run.dtype",
@@ -83,6 +91,8 @@ def _check_run(run: Any) -> None:
 
 
 def _check_model(cfg: Any, key: str) -> None:
+    if cfg.kind == "diffusion" and cfg.adapter not in ADAPTERS:
+        raise ConfigError(f"{key}.adapter", cfg.adapter, f"allowed: {', '.join(ADAPTERS)}")
     if cfg.dtype is not None and cfg.dtype not in loading.DTYPES:
         raise ConfigError(
             f"{key}.dtype", cfg.dtype, f"allowed: null (run.dtype), {', '.join(loading.DTYPES)}"
@@ -121,9 +131,11 @@ def prepare(cfg: DictConfig) -> Plan:
                 cfg.drafter.name,
                 f"method {method.name} needs a drafter (e.g. drafter=gpt2)",
             )
-        if cfg.drafter.kind != "causal":
+        if cfg.drafter.kind != method.drafter_kind:
             raise ConfigError(
-                "drafter.kind", cfg.drafter.kind, f"method {method.name} needs a causal drafter"
+                "drafter.kind",
+                cfg.drafter.kind,
+                f"method {method.name} needs a {method.drafter_kind} drafter",
             )
         _check_model(cfg.drafter, "drafter")
     if cfg.logging.wandb.mode not in ("offline", "online", "disabled"):
@@ -144,7 +156,8 @@ def prepare(cfg: DictConfig) -> Plan:
                 cfg.drafter.name,
                 f"its tokenizer differs from the target's: {why}; allowed: a drafter sharing the target's tokenizer",
             )
-        contexts.append(("drafter", loading.context_length(cfg.drafter, "drafter")))
+        if method.drafter_kind == "causal":  # a diffusion drafter left-truncates its prefix
+            contexts.append(("drafter", loading.context_length(cfg.drafter, "drafter")))
 
     if cfg.task.name not in TASKS:
         raise ConfigError("task", cfg.task.name, f"allowed: {', '.join(sorted(TASKS))}")
@@ -163,15 +176,22 @@ def prepare(cfg: DictConfig) -> Plan:
             )
         seen.add(sample.id)
     prompt_ids = {s.id: task.prompt_ids(tokenizer, s, cfg.target.chat_template) for s in samples}
+    context = min((ctx for _, ctx in contexts if ctx is not None), default=None)
     for sample in samples:
-        need = len(prompt_ids[sample.id]) + max_new
-        for key, ctx in contexts:
-            if ctx is not None and need > ctx:
-                raise ConfigError(
-                    f"{cfg.task.name}[{sample.id}]",
-                    f"{len(prompt_ids[sample.id])} prompt tokens",
-                    f"prompt + max_new_tokens ({max_new}) must fit the {key}'s context of {ctx} tokens",
-                )
+        ids = prompt_ids[sample.id]
+        if context is None or len(ids) + max_new <= context:
+            continue
+        if cfg.run.fit_context == "truncate_left" and context - max_new >= 1:
+            prompt_ids[sample.id] = ids[len(ids) + max_new - context :]
+            sample.meta["prompt_tokens_dropped"] = len(ids) + max_new - context
+            continue
+        key = next(k for k, ctx in contexts if ctx == context)
+        raise ConfigError(
+            f"{cfg.task.name}[{sample.id}]",
+            f"{len(ids)} prompt tokens",
+            f"prompt + max_new_tokens ({max_new}) must fit the {key}'s context of {context} "
+            "tokens (run.fit_context=truncate_left keeps the prompt's end)",
+        )
 
     digest = config_hash(config)
     run_id = cfg.run.name or "-".join(
@@ -198,11 +218,10 @@ def execute(plan: Plan) -> dict[str, Any]:
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     target = loading.load_causal_lm(cfg.target, "target", plan.device, cfg.run.dtype)
-    drafter = (
-        loading.load_causal_lm(cfg.drafter, "drafter", plan.device, cfg.run.dtype)
-        if plan.method.needs_drafter
-        else None
-    )
+    drafter = None
+    if plan.method.needs_drafter:
+        load = {"causal": loading.load_causal_lm, "diffusion": loading.load_diffusion_lm}
+        drafter = load[cfg.drafter.kind](cfg.drafter, "drafter", plan.device, cfg.run.dtype)
     decoder = plan.method.build(cfg.method, target, drafter, plan.warp)
     arms = Arms(
         method=decoder,
@@ -283,7 +302,7 @@ def print_summary(summary: dict[str, Any], run_dir: Any) -> None:
     table.add_row(*_row("all", summary))
     for category, part in summary.get("by_category", {}).items():
         table.add_row(*_row(category, part))
-    console = Console()
+    console = Console(width=max(120, shutil.get_terminal_size().columns))
     console.print(table)
     baseline = summary.get("baseline_quality", {})
     for metric, value in summary.get("quality", {}).items():

@@ -122,3 +122,47 @@ def test_repeated_sample_ids(tmp_path: Path) -> None:
     prompts = tmp_path / "twice.jsonl"
     prompts.write_text('{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}\n')
     assert "appears twice" in fails([f"task.path={prompts}"], "task", "prompts", tmp_path)
+
+
+def test_truncate_left_keeps_the_end_of_a_long_prompt(tmp_path: Path) -> None:
+    prompts = tmp_path / "long.jsonl"
+    prompts.write_text(json.dumps({"id": "long", "prompt": "word " * 2100 + "END"}) + "\n")
+    cfg = compose_cfg(
+        *RANDOM,
+        f"task.path={prompts}",
+        "run.fit_context=truncate_left",
+        "run.max_new_tokens=48",
+        f"run.results_dir={tmp_path}",
+    )
+    plan = prepare(cfg)
+    ids = plan.prompt_ids["long"]
+    assert len(ids) == 2048 - 48 and plan.tokenizer.decode(ids).endswith("word END")
+    full = len(plan.tokenizer("word " * 2100 + "END")["input_ids"])
+    assert plan.samples[0].meta["prompt_tokens_dropped"] == full - len(ids)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "value", "allowed"),
+    [
+        (["method=specdiff"], "drafter.kind", "causal", "needs a diffusion drafter"),
+        (["method=specdiff", "drafter=tiny-dlm", "method.steps=0"], "method.steps", "0", ">= 1"),
+        (
+            ["method=specdiff", "drafter=tiny-dlm", "method.q_source=last"],
+            "method.q_source",
+            "last",
+            "reveal_step, final_step, onehot",
+        ),
+        (
+            ["method=specdiff", "drafter=tiny-dlm", "drafter.adapter=dream"],
+            "drafter.adapter",
+            "dream",
+            "tiny, mdlm",
+        ),
+    ],
+)
+def test_specdiff_misconfigurations(overrides, key, value, allowed, tmp_path: Path) -> None:
+    cfg = compose_cfg(f"run.results_dir={tmp_path}", *overrides)
+    with pytest.raises(ConfigError) as err:
+        prepare(cfg)
+    assert str(err.value).startswith(f"{key}=") and value in str(err.value)
+    assert allowed in str(err.value)

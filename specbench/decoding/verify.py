@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 
 from specbench.decoding.warp import Warp
+from specbench.errors import ConfigError
 
 AcceptanceRule = Callable[
     [torch.Tensor, torch.Tensor | None, list[int], Warp, torch.Generator], tuple[int, int]
@@ -73,3 +74,13 @@ def resolve_rule(name: str, warp: Warp) -> str:
     if name == "auto":
         return "greedy" if warp.greedy else "rejection"
     return name
+
+
+def check_rule(name: str, warp: Warp) -> None:
+    """A method's `rule` knob: a known rule, and greedy acceptance only for greedy decoding."""
+    if name not in ("auto", *RULES):
+        raise ConfigError("method.rule", name, f"allowed: auto, {', '.join(RULES)}")
+    if name == "greedy" and not warp.greedy:
+        raise ConfigError(
+            "method.rule", name, "greedy acceptance needs run.temperature=0; use auto or rejection"
+        )

@@ -7,6 +7,7 @@ metric script from the hub and so fails offline, while rouge-score computes the 
 
 from __future__ import annotations
 
+import logging
 from functools import cache
 
 import torch
@@ -20,6 +21,7 @@ ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 def _rouge_scorer():
     from rouge_score import rouge_scorer
 
+    logging.getLogger("absl").setLevel(logging.WARNING)  # its INFO line per scorer is noise
     return rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=True)
 
 

@@ -24,6 +24,7 @@ from specbench import paths
 from specbench.config import ModelConfig
 from specbench.errors import ConfigError
 from specbench.models.causal import CausalLM
+from specbench.models.diffusion import ADAPTERS, MaskedDiffusionLM
 from specbench.registry import BUILTIN_MODELS, discover
 
 BUILTIN_PREFIX = "specbench:"
@@ -61,13 +62,18 @@ def resolve(cfg: ModelConfig, key: str) -> str:
 
 
 def load_tokenizer(cfg: ModelConfig, key: str) -> PreTrainedTokenizerBase:
+    if cfg.tokenizer:  # a checkpoint that ships none (mdlm-owt reads GPT-2's)
+        return AutoTokenizer.from_pretrained(cfg.tokenizer)
     return AutoTokenizer.from_pretrained(
         resolve(cfg, key), revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
     )
 
 
 def context_length(cfg: ModelConfig, key: str) -> int | None:
-    """The model's maximum sequence length, read from its config (no weights)."""
+    """The model's maximum sequence length: the config entry's, else read from the model's
+    own config (no weights)."""
+    if cfg.context_length:
+        return cfg.context_length
     config = AutoConfig.from_pretrained(
         resolve(cfg, key), revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
     )
@@ -110,3 +116,25 @@ def load_causal_lm(cfg: ModelConfig, key: str, device: torch.device, run_dtype: 
     if cfg.device_map is None:
         model.to(device)
     return CausalLM(model, load_tokenizer(cfg, key), cfg.name)
+
+
+def load_diffusion_lm(
+    cfg: ModelConfig, key: str, device: torch.device, run_dtype: str
+) -> MaskedDiffusionLM:
+    """A masked-diffusion LM behind the adapter its config names (`adapter`, `mask_token_id`,
+    `context_length` are facts about the checkpoint, kept in its YAML)."""
+    if cfg.adapter not in ADAPTERS:
+        raise ConfigError(f"{key}.adapter", cfg.adapter, f"allowed: {', '.join(ADAPTERS)}")
+    wrapper, auto = ADAPTERS[cfg.adapter]
+    model = auto.from_pretrained(
+        resolve(cfg, key),
+        revision=cfg.revision,
+        trust_remote_code=cfg.trust_remote_code,
+        dtype=resolve_dtype(cfg.dtype or run_dtype, device),
+        device_map=cfg.device_map,
+    )
+    if cfg.device_map is None:
+        model.to(device)
+    mask_id = cfg.mask_token_id if cfg.mask_token_id is not None else model.config.mask_token_id
+    context = cfg.context_length or max_positions(model.config)
+    return wrapper(model, mask_id, context, cfg.name)

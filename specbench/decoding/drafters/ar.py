@@ -9,7 +9,7 @@ import torch
 
 from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import GammaSchedule, SpeculativeDecoder
-from specbench.decoding.verify import RULES, resolve_rule
+from specbench.decoding.verify import RULES, check_rule, resolve_rule
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
 from specbench.metrics.speed import synchronize
@@ -96,14 +96,7 @@ def check(cfg: SpSConfig, warp: Warp) -> None:
         raise ConfigError("method.gamma", cfg.gamma, "must be an integer >= 1")
     if cfg.schedule not in ("constant", "heuristic"):
         raise ConfigError("method.schedule", cfg.schedule, "allowed: constant, heuristic")
-    if cfg.rule not in ("auto", *RULES):
-        raise ConfigError("method.rule", cfg.rule, f"allowed: auto, {', '.join(RULES)}")
-    if cfg.rule == "greedy" and not warp.greedy:
-        raise ConfigError(
-            "method.rule",
-            cfg.rule,
-            "greedy acceptance needs run.temperature=0; use auto or rejection",
-        )
+    check_rule(cfg.rule, warp)
 
 
 def build(cfg: SpSConfig, target: CausalLM, drafter: CausalLM, warp: Warp) -> SpeculativeDecoder:

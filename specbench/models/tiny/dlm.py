@@ -156,11 +156,14 @@ class TinyDLM(PreTrainedModel):
         cache: PrefixCache | None = None,
         use_cache: bool = False,
         subs: bool = True,
+        cache_upto: int | None = None,
     ) -> TinyDLMOutput:
         """`attention_mask` is a boolean [queries, keys] matrix (True = may attend), None for
         full attention; keys are the cached positions followed by `input_ids`. Logits are
         aligned with `input_ids`; without a cache the first position has no predecessor and is
-        read from its own state (in use it is always a clean prompt token)."""
+        read from its own state (in use it is always a clean prompt token). With `cache_upto`,
+        the returned cache keeps only the first `cache_upto` inputs: clean tokens fed together
+        with a noisy block after them, so one forward both extends the prefix and denoises."""
         offset = cache.kv[0][0].shape[2] if cache else 0
         if position_ids is None:
             position_ids = torch.arange(
@@ -173,7 +176,11 @@ class TinyDLM(PreTrainedModel):
         logits = self.lm_head(torch.cat([before, hidden[:, :-1]], dim=1))
         if subs:
             logits = subs_parameterise(logits, input_ids, self.config.mask_token_id)
-        new_cache = PrefixCache(kv=kv, last=hidden[:, -1:]) if use_cache else None
+        new_cache = None
+        if use_cache:
+            keep = input_ids.shape[1] if cache_upto is None else cache_upto
+            kept = [(k[:, :, : offset + keep], v[:, :, : offset + keep]) for k, v in kv]
+            new_cache = PrefixCache(kv=kept, last=hidden[:, keep - 1 : keep])
         return TinyDLMOutput(logits=logits, cache=new_cache)
 
     def training_logits(self, x_t: torch.Tensor, x: torch.Tensor, block: int) -> torch.Tensor:
