@@ -69,7 +69,9 @@ def evaluate(
     run_cfg: Any,
     store: RunStore,
     mirror: WandbMirror,
+    lossless: bool = True,
 ) -> None:
+    """`lossless` is the method's own claim for this config; a lossy one marks every record."""
     todo = [s for s in samples if s.id not in store.done]
     if not todo:
         return
@@ -122,6 +124,7 @@ def evaluate(
             "accepted_per_round": gen.accepted,
             "accept_lengths": [a + 1 for a in gen.accepted] or [1] * len(gen.tokens),
             "first_divergence": None,
+            "lossy": not lossless,
             "baseline": None,
         }
         if "baseline" in outputs:

@@ -252,6 +252,7 @@ def execute(plan: Plan) -> dict[str, Any]:
             cfg.run,
             plan.store,
             mirror,
+            plan.method.lossless(cfg.method, plan.warp),
         )
     finally:
         plan.store.close()

@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from specbench.decoding.verify import greedy, rejection
+from specbench.decoding.verify import floor, greedy, ratio, rejection, top_k, typical
 from specbench.decoding.warp import Warp
 
 V, GAMMA, DRAWS = 6, 3, 20_000
@@ -93,3 +93,58 @@ def test_rejection_with_a_one_hot_draft_accepts_with_probability_p() -> None:
     accepted = sum(c for (n, _), c in firsts.items() if n == 1)
     assert abs(accepted / DRAWS - float(p[1])) < 0.015
     assert all(tok != 1 for (n, tok), _ in firsts.items() if n == 0)
+
+
+def accepted_share(rule, warp: Warp, draws: int = 4000) -> float:
+    g = torch.Generator().manual_seed(7)
+    q = warp.probs(LOGITS_Q)
+    kept = 0
+    for _ in range(draws):
+        draft = torch.multinomial(q, GAMMA, replacement=True, generator=g).tolist()
+        n, _ = rule(LOGITS_P.expand(GAMMA + 1, V), q.expand(GAMMA, V), draft, warp, g)
+        kept += n
+    return kept / (draws * GAMMA)
+
+
+def test_ratio_leniency_one_is_exact_and_smaller_accepts_more() -> None:
+    warp = Warp(temperature=1.0)
+    pairs = sample_pairs(ratio(1.0), warp, LOGITS_P, LOGITS_Q)
+    assert pair_pvalue(pairs, warp.probs(LOGITS_P)) > 1e-3
+    shares = [accepted_share(ratio(level), warp) for level in (1.0, 0.7, 0.4)]
+    assert shares[0] < shares[1] < shares[2]
+    lenient = sample_pairs(ratio(0.4), warp, LOGITS_P, LOGITS_Q)
+    assert pair_pvalue(lenient, warp.probs(LOGITS_P)) < 1e-6  # and it is lossy
+
+
+def test_threshold_rules_accept_what_they_promise() -> None:
+    p_logits = torch.log(
+        torch.tensor(
+            [
+                [0.50, 0.30, 0.10, 0.05, 0.03, 0.02],
+                [0.25, 0.25, 0.20, 0.15, 0.10, 0.05],
+                [0.90, 0.02, 0.02, 0.02, 0.02, 0.02],
+                [0.40, 0.30, 0.10, 0.10, 0.05, 0.05],
+            ]
+        )
+    )
+    draft, g = [1, 3, 0], torch.Generator()
+    assert floor(0.2)(p_logits, None, draft, Warp(), g) == (1, 0)  # 0.15 < 0.2 stops at 2
+    assert floor(0.1)(p_logits, None, draft, Warp(), g) == (3, 0)  # all pass; bonus = argmax
+    assert top_k(2)(p_logits, None, draft, Warp(), g) == (1, 0)  # token 3 is 4th in row 2
+    assert top_k(4)(p_logits, None, draft, Warp(), g) == (3, 0)
+    greedy_draft = [0, 1, 0]  # row 2's argmax is 0 and 1 (a tie): both are top-1
+    assert top_k(1)(p_logits, None, greedy_draft, Warp(), g)[0] == 3
+    assert typical(0.09)(p_logits, None, draft, Warp(), g)[0] == 3
+    assert typical(0.9)(p_logits, None, draft, Warp(), g)[0] == 1  # row 2: 0.15 < 0.95 e^-H = 0.17
+
+
+def test_top_1_is_greedy_on_random_logits() -> None:
+    g = torch.Generator().manual_seed(3)
+    for _ in range(200):
+        p_logits = torch.randn(5, 50, generator=g)
+        draft = torch.randint(50, (4,), generator=g).tolist()
+        agree = int(torch.randint(4, (1,), generator=g))  # a prefix equal to the argmax
+        draft[:agree] = p_logits[:agree].argmax(-1).tolist()
+        assert top_k(1)(p_logits, None, draft, Warp(), g) == greedy(
+            p_logits, None, draft, Warp(), g
+        )

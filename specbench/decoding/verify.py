@@ -66,7 +66,77 @@ def rejection(
     return k, int(torch.multinomial(p[k], 1, generator=generator))
 
 
+def ratio(leniency: float) -> AcceptanceRule:
+    """Ratio leniency l in (0, 1]: accept d_i with probability min(1, p_i(d_i) / (l q_i(d_i))),
+    on rejection sample the residual as the exact rule does. l = 1 is exact rejection sampling;
+    smaller l accepts more often and is lossy."""
+
+    def rule(p_logits, q_probs, draft, warp, generator):
+        p = warp.probs(p_logits)
+        k = len(draft)
+        if k:
+            draft_ids = torch.tensor(draft, device=p.device)
+            if q_probs is None:
+                q_probs = torch.nn.functional.one_hot(draft_ids, p.shape[-1]).to(p.dtype)
+            rows = torch.arange(k, device=p.device)
+            u = torch.rand(k, generator=generator, device=p.device)
+            rejected = (u * leniency * q_probs[rows, draft_ids] > p[rows, draft_ids]).nonzero()
+            if len(rejected):
+                n = int(rejected[0])
+                residual = (p[n] - q_probs[n]).clamp_min(0.0)
+                dist = residual / residual.sum() if residual.sum() > 0 else p[n]
+                return n, int(torch.multinomial(dist, 1, generator=generator))
+        return k, int(torch.multinomial(p[k], 1, generator=generator))
+
+    return rule
+
+
+def _threshold_rule(
+    accepts: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> AcceptanceRule:
+    """Accept the longest draft prefix whose tokens pass `accepts(p_rows, draft_ids)`, read on
+    the target's unwarped distribution; then emit the target's own token (its argmax when
+    decoding greedily, a sample of its warped law otherwise), so a round always advances."""
+
+    def rule(p_logits, q_probs, draft, warp, generator):
+        p = p_logits.float().softmax(-1)
+        k = len(draft)
+        ok = accepts(p[:k], torch.tensor(draft, device=p.device)) if k else torch.ones(0)
+        n = int(ok.long().cumprod(0).sum())
+        return n, warp.sample(p_logits[n], generator)
+
+    return rule
+
+
+def floor(epsilon: float) -> AcceptanceRule:
+    """Probability floor: accept d_i iff p_i(d_i) >= epsilon."""
+    return _threshold_rule(lambda p, d: p[torch.arange(len(d)), d] >= epsilon)
+
+
+def top_k(k: float) -> AcceptanceRule:
+    """Accept d_i iff it is among the target's k most likely tokens (k = 1: exact greedy)."""
+    return _threshold_rule(lambda p, d: (p > p[torch.arange(len(d)), d, None]).sum(-1) < int(k))
+
+
+def typical(epsilon: float) -> AcceptanceRule:
+    """Medusa's typical acceptance: accept d_i iff p_i(d_i) > min(epsilon, delta exp(-H(p_i))),
+    with delta = sqrt(epsilon) as Medusa sets it."""
+
+    def accepts(p: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+        entropy = -(p * p.clamp_min(1e-12).log()).sum(-1)
+        bound = torch.minimum(torch.full_like(entropy, epsilon), epsilon**0.5 * (-entropy).exp())
+        return p[torch.arange(len(d)), d] > bound
+
+    return _threshold_rule(accepts)
+
+
 RULES: dict[str, AcceptanceRule] = {"greedy": greedy, "rejection": rejection}
+LENIENT: dict[str, Callable[[float], AcceptanceRule]] = {
+    "ratio": ratio,
+    "floor": floor,
+    "topk": top_k,
+    "typical": typical,
+}
 
 
 def resolve_rule(name: str, warp: Warp) -> str:
@@ -76,11 +146,35 @@ def resolve_rule(name: str, warp: Warp) -> str:
     return name
 
 
-def check_rule(name: str, warp: Warp) -> None:
-    """A method's `rule` knob: a known rule, and greedy acceptance only for greedy decoding."""
-    if name not in ("auto", *RULES):
-        raise ConfigError("method.rule", name, f"allowed: auto, {', '.join(RULES)}")
+def make_rule(name: str, leniency: float, warp: Warp) -> AcceptanceRule:
+    """The rule a method's `rule` and `leniency` knobs name."""
+    name = resolve_rule(name, warp)
+    return RULES[name] if name in RULES else LENIENT[name](leniency)
+
+
+def is_lossless(name: str, warp: Warp) -> bool:
+    """Only the exact rules preserve the target's output (a lenient rule at its exact setting
+    is still labelled lossy: its config says a lenient rule ran)."""
+    return resolve_rule(name, warp) in RULES
+
+
+def check_rule(name: str, leniency: float, warp: Warp) -> None:
+    """A method's `rule` and `leniency` knobs: a known rule, greedy acceptance only for greedy
+    decoding, and a leniency in the rule's range."""
+    known = ("auto", *RULES, *LENIENT)
+    if name not in known:
+        raise ConfigError("method.rule", name, f"allowed: {', '.join(known)}")
     if name == "greedy" and not warp.greedy:
         raise ConfigError(
             "method.rule", name, "greedy acceptance needs run.temperature=0; use auto or rejection"
         )
+    if name == "ratio" and warp.greedy:
+        raise ConfigError("method.rule", name, "ratio leniency needs run.temperature > 0")
+    ranges = {
+        "ratio": (0 < leniency <= 1, "must be in (0, 1] (1 = exact)"),
+        "floor": (0 < leniency < 1, "must be a probability in (0, 1)"),
+        "topk": (leniency >= 1 and float(leniency).is_integer(), "must be an integer k >= 1"),
+        "typical": (0 < leniency < 1, "must be in (0, 1) (Medusa's epsilon)"),
+    }
+    if name in ranges and not ranges[name][0]:
+        raise ConfigError("method.leniency", leniency, ranges[name][1])

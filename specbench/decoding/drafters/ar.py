@@ -9,7 +9,7 @@ import torch
 
 from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import GammaSchedule, SpeculativeDecoder
-from specbench.decoding.verify import RULES, check_rule, resolve_rule
+from specbench.decoding.verify import check_rule, is_lossless, make_rule
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
 from specbench.metrics.speed import synchronize
@@ -89,6 +89,9 @@ class SpSConfig:
     gamma: int = 4
     schedule: str = "constant"
     rule: str = "auto"
+    leniency: float = (
+        1.0  # the lenient rules' knob: ratio l, floor epsilon, top-k k, typical epsilon
+    )
 
 
 def check(cfg: SpSConfig, warp: Warp) -> None:
@@ -96,11 +99,11 @@ def check(cfg: SpSConfig, warp: Warp) -> None:
         raise ConfigError("method.gamma", cfg.gamma, "must be an integer >= 1")
     if cfg.schedule not in ("constant", "heuristic"):
         raise ConfigError("method.schedule", cfg.schedule, "allowed: constant, heuristic")
-    check_rule(cfg.rule, warp)
+    check_rule(cfg.rule, cfg.leniency, warp)
 
 
 def build(cfg: SpSConfig, target: CausalLM, drafter: CausalLM, warp: Warp) -> SpeculativeDecoder:
-    rule = RULES[resolve_rule(cfg.rule, warp)]
+    rule = make_rule(cfg.rule, cfg.leniency, warp)
     return SpeculativeDecoder(
         target,
         ARDrafter(drafter, warp, target.eos_token_ids, target.vocab_size),
@@ -111,5 +114,12 @@ def build(cfg: SpSConfig, target: CausalLM, drafter: CausalLM, warp: Warp) -> Sp
 
 
 register_method(
-    MethodSpec(name="sps", config=SpSConfig, build=build, needs_drafter=True, check=check)
+    MethodSpec(
+        name="sps",
+        config=SpSConfig,
+        build=build,
+        needs_drafter=True,
+        check=check,
+        lossless=lambda cfg, warp: is_lossless(cfg.rule, warp),
+    )
 )

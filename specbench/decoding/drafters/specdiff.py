@@ -26,7 +26,7 @@ import torch
 from specbench.decoding.drafters.ar import fit_vocab
 from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import GammaSchedule, SpeculativeDecoder
-from specbench.decoding.verify import RULES, check_rule, resolve_rule
+from specbench.decoding.verify import check_rule, make_rule, resolve_rule
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
 from specbench.metrics.speed import synchronize
@@ -121,6 +121,9 @@ class SpecDiffConfig:
     steps: int = 4
     q_source: str = "reveal_step"
     rule: str = "auto"
+    leniency: float = (
+        1.0  # the lenient rules' knob: ratio l, floor epsilon, top-k k, typical epsilon
+    )
 
 
 def check(cfg: SpecDiffConfig, warp: Warp) -> None:
@@ -130,7 +133,7 @@ def check(cfg: SpecDiffConfig, warp: Warp) -> None:
         raise ConfigError("method.steps", cfg.steps, "must be an integer >= 1 (T, denoising steps)")
     if cfg.q_source not in Q_SOURCES:
         raise ConfigError("method.q_source", cfg.q_source, f"allowed: {', '.join(Q_SOURCES)}")
-    check_rule(cfg.rule, warp)
+    check_rule(cfg.rule, cfg.leniency, warp)
 
 
 def lossless(cfg: SpecDiffConfig, warp: Warp) -> bool:
@@ -144,7 +147,7 @@ def build(
     return SpeculativeDecoder(
         target,
         SpecDiffDrafter(drafter, warp, cfg.steps, cfg.q_source, target.vocab_size),
-        RULES[resolve_rule(cfg.rule, warp)],
+        make_rule(cfg.rule, cfg.leniency, warp),
         warp,
         GammaSchedule(cfg.gamma, "constant"),
     )
