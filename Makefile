@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 DEMO_ARGS ?=
 BENCH_ARGS ?= --size base --threads 1
 
-.PHONY: install demo test lint bench tiny clean
+.PHONY: install demo test lint bench tiny figures clean
 
 install: $(VENV)/.installed
 
@@ -35,6 +35,10 @@ bench: install
 # Rebuild the committed tiny-world checkpoints from the standard library's source (about 45 min on 2 cores).
 tiny: install
 	$(BIN)/specbench-tiny train
+
+# Every table and figure in experiments/ from the stored results (no model runs).
+figures: install
+	$(BIN)/specbench-report figures
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

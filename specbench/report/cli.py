@@ -1,0 +1,73 @@
+"""`specbench-report`: leaderboards, Pareto plots and every experiments/ figure, from results.
+
+specbench-report leaderboard --results results --out results/tables
+specbench-report pareto --task tiny_code --quality nll
+specbench-report figures                # every spec in experiments/ (also `make figures`)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from specbench.report import figures, leaderboard, pareto
+from specbench.report.load import higher_is_better, load_runs
+
+
+def _log_to_wandb(paths: list[Path], mode: str) -> None:
+    if mode == "disabled":
+        return
+    import wandb
+
+    run = wandb.init(project="specbench", job_type="report", mode=mode, dir=str(paths[0].parent))
+    run.log({p.stem: wandb.Image(str(p)) for p in paths if p.suffix == ".png"})
+    run.finish()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specbench-report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", default="results", help="searched recursively for runs")
+    parser.add_argument("--out", default="results/figures")
+    parser.add_argument("--experiment", help="only runs of this experiment")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("leaderboard", help="Markdown, CSV and LaTeX tables per task and overall")
+    p = sub.add_parser("pareto", help="speed against quality for one task")
+    p.add_argument("--task", required=True)
+    p.add_argument("--quality", required=True, help="a quality metric of the task, e.g. nll")
+    p.add_argument("--speed", default="speedup", choices=["speedup", "tpf", "tau"])
+    p.add_argument("--wandb", default="disabled", choices=["disabled", "offline", "online"])
+    f = sub.add_parser("figures", help="every spec in experiments/, from stored results only")
+    f.add_argument("--specs", default=str(figures.EXPERIMENTS))
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if args.command == "figures":
+        try:
+            written = figures.build_all(Path(args.results), out, Path(args.specs))
+        except figures.MissingCells as err:
+            print(f"specbench-report: {err}", file=sys.stderr)
+            return 2
+    else:
+        runs = load_runs(args.results)
+        if args.experiment:
+            runs = runs[runs["experiment"] == args.experiment]
+        if runs.empty:
+            print(f"specbench-report: no runs under {args.results}", file=sys.stderr)
+            return 2
+        if args.command == "leaderboard":
+            written = leaderboard.write(runs, out)
+        else:
+            cells = runs[runs["task"] == args.task]
+            higher = higher_is_better(args.task).get(args.quality, True)
+            name = f"pareto-{args.task}-{args.quality}"
+            written = pareto.plot(
+                {"cells": cells}, args.speed, f"quality.{args.quality}", higher, name, out / name
+            )
+            _log_to_wandb(written, args.wandb)
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,91 @@
+"""Every figure and table in experiments/ rebuilt from stored runs, without running a model.
+
+A spec (experiments/<name>.yaml) names its kind (`leaderboard`, `pareto`, `frontier`), its task
+and axes, the cells it needs (each entry a filter; list values expand into a grid) and the
+commands that produce them. A missing cell fails the whole command with the cells and those
+commands, so a figure is never drawn from part of its data.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from specbench import paths
+from specbench.report import leaderboard, pareto
+from specbench.report.load import higher_is_better, load_runs
+
+EXPERIMENTS = paths.REPO_ROOT / "experiments"
+
+
+class MissingCells(Exception):
+    pass
+
+
+def expand(entry: dict) -> list[dict]:
+    """A filter with list values -> one filter per combination."""
+    keys = list(entry)
+    values = [v if isinstance(v, list) else [v] for v in entry.values()]
+    return [dict(zip(keys, combo)) for combo in itertools.product(*values)]
+
+
+def select(runs: pd.DataFrame, cell: dict) -> pd.DataFrame:
+    mask = pd.Series(True, index=runs.index)
+    for key, value in cell.items():
+        column = runs[key] if key in runs else pd.Series(None, index=runs.index)
+        mask &= column.astype(object).map(lambda v, want=value: v == want or str(v) == str(want))
+    return runs[mask]
+
+
+def missing_cells(runs: pd.DataFrame, spec: dict) -> list[dict]:
+    return [cell for entry in spec["cells"] for cell in expand(entry) if select(runs, cell).empty]
+
+
+def missing_report(runs: pd.DataFrame, spec: dict) -> str | None:
+    """What a spec lacks and how to produce it, or None when every cell is there."""
+    missing = missing_cells(runs, spec)
+    if not missing:
+        return None
+    shown = "\n  ".join(str(c) for c in missing[:12])
+    more = f"\n  ... and {len(missing) - 12} more" if len(missing) > 12 else ""
+    commands = "\n  ".join(spec["commands"])
+    return (
+        f"{spec['name']}: {len(missing)} cell(s) missing from the results:\n  {shown}{more}\n"
+        f"produce them with:\n  {commands}"
+    )
+
+
+def build(spec: dict, runs: pd.DataFrame, out: Path) -> list[Path]:
+    message = missing_report(runs, spec)
+    if message:
+        raise MissingCells(message)
+    cells = pd.concat([select(runs, c) for e in spec["cells"] for c in expand(e)])
+    cells = cells.drop_duplicates("run_id")
+    quality = f"quality.{spec['quality']}"
+    higher = higher_is_better(spec["task"]).get(spec["quality"], True)
+    target = out / spec["name"]
+    if spec["kind"] == "leaderboard":
+        written = leaderboard.write(cells, out, spec["name"])
+        groups = {"cells": cells}
+    elif spec["kind"] == "frontier":
+        written = leaderboard.write(cells, out, spec["name"])
+        groups = {name: select(cells, f) for name, f in spec["groups"].items()}
+    else:
+        written, groups = [], {"cells": cells}
+    return written + pareto.plot(groups, spec["speed"], quality, higher, spec["name"], target)
+
+
+def specs(directory: Path = EXPERIMENTS) -> list[dict]:
+    return [yaml.safe_load(p.read_text()) for p in sorted(directory.glob("*.yaml"))]
+
+
+def build_all(results: Path, out: Path, directory: Path = EXPERIMENTS) -> list[Path]:
+    """Every spec; all missing cells are reported together before anything is drawn."""
+    runs, all_specs = load_runs(results), specs(directory)
+    problems = [message for spec in all_specs if (message := missing_report(runs, spec))]
+    if problems:
+        raise MissingCells("\n".join(problems))
+    return [path for spec in all_specs for path in build(spec, runs, out)]

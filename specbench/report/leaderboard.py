@@ -1,0 +1,78 @@
+"""Leaderboards: one table per task, rows = cells, speed and quality columns, the best value of
+each column marked, the environment line under the table; Markdown, CSV and LaTeX."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from specbench.report.load import higher_is_better
+
+SPEED = {"speedup": True, "tau": True, "acceptance_rate": True, "tpf": True, "lossless_rate": True}
+
+
+def table(runs: pd.DataFrame, task: str) -> tuple[pd.DataFrame, dict[str, bool]]:
+    """The task's cells and each column's direction (True = higher is better)."""
+    rows = runs[runs["task"] == task].set_index("cell")
+    quality = [c for c in rows.columns if c.startswith("quality.") and rows[c].notna().any()]
+    directions = {**SPEED, **{c: higher_is_better(task).get(c[8:], True) for c in quality}}
+    columns = [c for c in directions if c in rows.columns]
+    return rows[columns].astype(float), directions
+
+
+def best(frame: pd.DataFrame, directions: dict[str, bool]) -> pd.DataFrame:
+    """True where a value is its column's best (no mark where every cell ties)."""
+    marks = pd.DataFrame(False, index=frame.index, columns=frame.columns)
+    for column in frame.columns:
+        values = frame[column]
+        if values.nunique() > 1:
+            target = values.max() if directions[column] else values.min()
+            marks[column] = values == target
+    return marks
+
+
+def _text(frame: pd.DataFrame, marks: pd.DataFrame, bold: tuple[str, str]) -> pd.DataFrame:
+    shown = frame.map(lambda v: "-" if pd.isna(v) else f"{v:.3g}")
+    return shown.where(~marks, bold[0] + shown + bold[1])
+
+
+def markdown(frame: pd.DataFrame, marks: pd.DataFrame, title: str, env: str) -> str:
+    shown = _text(frame, marks, ("**", "**"))
+    header = "| cell | " + " | ".join(shown.columns) + " |"
+    rule = "|---|" + "---|" * len(shown.columns)
+    lines = [f"| {cell} | " + " | ".join(row) + " |" for cell, row in shown.iterrows()]
+    return "\n".join([f"### {title}", "", header, rule, *lines, "", f"_{env}_", ""])
+
+
+def latex(frame: pd.DataFrame, marks: pd.DataFrame, title: str, env: str) -> str:
+    shown = _text(frame, marks, (r"\textbf{", "}"))
+    shown.index = [cell.replace("γ", r"$\gamma$") for cell in shown.index]
+    body = shown.to_latex(escape=False, caption=title, label=f"tab:{title}")
+    return body + f"% {env}\n"
+
+
+def write(runs: pd.DataFrame, out: Path, name: str = "leaderboard") -> list[Path]:
+    """One Markdown, CSV and LaTeX file holding a table per task."""
+    out.mkdir(parents=True, exist_ok=True)
+    md, tex, csv = [], [], []
+    for task in sorted(runs["task"].unique()):
+        frame, directions = table(runs, task)
+        marks = best(frame, directions)
+        env = " / ".join(sorted(runs.loc[runs["task"] == task, "env"].unique()))
+        md.append(markdown(frame, marks, task, env))
+        tex.append(latex(frame, marks, task, env))
+        csv.append(frame.assign(task=task))
+    if runs["task"].nunique() > 1:  # cells run on several tasks: their speed, averaged
+        speed = [c for c in SPEED if c in runs.columns]
+        frame = runs.groupby("cell")[speed].mean().astype(float)
+        marks = best(frame, SPEED)
+        env = " / ".join(sorted(runs["env"].unique()))
+        md.append(markdown(frame, marks, "overall (mean over tasks)", env))
+        tex.append(latex(frame, marks, "overall", env))
+        csv.append(frame.assign(task="overall"))
+    paths = [out / f"{name}.md", out / f"{name}.tex", out / f"{name}.csv"]
+    paths[0].write_text("\n".join(md))
+    paths[1].write_text("\n".join(tex))
+    pd.concat(csv).to_csv(paths[2])
+    return paths

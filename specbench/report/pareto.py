@@ -1,0 +1,84 @@
+"""Speed against quality per task: the non-dominated cells joined by a line, one marker per
+method family; PNG and PDF."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on a cluster node
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+MARKERS = {"ar": "s", "sps": "o", "specdiff": "^", "diffuspec": "v", "psd": "D", "spiffy": "P"}
+
+
+def pareto_front(
+    points: Sequence[tuple[float, float]], maximise: tuple[bool, bool] = (True, True)
+) -> list[int]:
+    """Indices of the points no other point dominates (at least as good on both axes and
+    better on one), ordered along the first axis."""
+    signs = [1 if m else -1 for m in maximise]
+    scored = [(signs[0] * x, signs[1] * y) for x, y in points]
+    front = [
+        i
+        for i, (x, y) in enumerate(scored)
+        if not any(
+            (ox >= x and oy >= y) and (ox > x or oy > y)
+            for j, (ox, oy) in enumerate(scored)
+            if j != i
+        )
+    ]
+    return sorted(front, key=lambda i: points[i][0])
+
+
+def plot(
+    groups: dict[str, pd.DataFrame],
+    speed: str,
+    quality: str,
+    quality_higher: bool,
+    title: str,
+    out: Path,
+) -> list[Path]:
+    """Each group (e.g. "joint", "single-step exact") is drawn with its own front; markers
+    follow the method family."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for colour, (name, frame) in zip(colours, groups.items()):
+        frame = frame.dropna(subset=[speed, quality])
+        for method, part in frame.groupby("method"):
+            ax.scatter(
+                part[speed],
+                part[quality],
+                marker=MARKERS.get(method, "x"),
+                color=colour,
+                alpha=0.55,
+                label=f"{name}: {method}",
+            )
+        points = list(zip(frame[speed], frame[quality]))
+        front = frame.iloc[pareto_front(points, (True, quality_higher))]
+        ax.plot(
+            front[speed],
+            front[quality],
+            color=colour,
+            linewidth=2,
+            marker="o",
+            markersize=8,
+            markerfacecolor="none",
+            label=f"{name}: front",
+        )
+        for _, row in front.iterrows():
+            ax.annotate(row["cell"], (row[speed], row[quality]), fontsize=6, alpha=0.8)
+    ax.set_xlabel(speed)
+    ax.set_ylabel(f"{quality} ({'higher' if quality_higher else 'lower'} is better)")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    paths = [out.with_suffix(".png"), out.with_suffix(".pdf")]
+    for path in paths:
+        fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    return paths
