@@ -55,6 +55,7 @@ def merge(turns: list[Generation]) -> Generation:
         draft_s=sum(g.draft_s for g in turns),
         draft_lengths=[n for g in turns for n in g.draft_lengths],
         accepted=[n for g in turns for n in g.accepted],
+        rounds=[r for g in turns for r in g.rounds],
     )
 
 
@@ -123,6 +124,7 @@ def evaluate(
             "draft_lengths": gen.draft_lengths,
             "accepted_per_round": gen.accepted,
             "accept_lengths": [a + 1 for a in gen.accepted] or [1] * len(gen.tokens),
+            "rounds": gen.rounds,
             "first_divergence": None,
             "lossy": not lossless,
             "baseline": None,

@@ -153,6 +153,18 @@ def test_truncate_left_keeps_the_end_of_a_long_prompt(tmp_path: Path) -> None:
             "reveal_step, final_step, onehot",
         ),
         (
+            ["method=diffuspec", "drafter=tiny-dlm", "run.temperature=0.7"],
+            "run.temperature",
+            "0.7",
+            "greedily",
+        ),
+        (
+            ["method=diffuspec", "drafter=tiny-dlm", "method.k_min=40"],
+            "method.k_min",
+            "40",
+            "[1, k_max]",
+        ),
+        (
             ["method=specdiff", "drafter=tiny-dlm", "drafter.adapter=dream"],
             "drafter.adapter",
             "dream",
@@ -160,7 +172,7 @@ def test_truncate_left_keeps_the_end_of_a_long_prompt(tmp_path: Path) -> None:
         ),
     ],
 )
-def test_specdiff_misconfigurations(overrides, key, value, allowed, tmp_path: Path) -> None:
+def test_diffusion_drafter_misconfigurations(overrides, key, value, allowed, tmp_path: Path) -> None:
     cfg = compose_cfg(f"run.results_dir={tmp_path}", *overrides)
     with pytest.raises(ConfigError) as err:
         prepare(cfg)

@@ -15,6 +15,9 @@ class Draft:
     q_probs: torch.Tensor | None  # [len(tokens), V] warped proposal, None when chosen by argmax
     nfe: int
     seconds: float
+    info: dict = field(
+        default_factory=dict
+    )  # per-round facts a drafter reports (DiffuSpec: L_gen, k, ...)
 
 
 @dataclass
@@ -30,6 +33,7 @@ class Generation:
     draft_s: float = 0.0
     draft_lengths: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
+    rounds: list[dict] = field(default_factory=list)  # each round's Draft.info, when any
 
 
 @dataclass(frozen=True)

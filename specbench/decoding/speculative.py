@@ -21,6 +21,16 @@ class Drafter(Protocol):
     def draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft: ...
 
 
+class DraftLength(Protocol):
+    """How many tokens the next round drafts: `start` first, then `next` after each round."""
+
+    start: int
+
+    def reset(self) -> None: ...
+
+    def next(self, gamma: int, n_accepted: int, draft: Draft) -> int: ...
+
+
 class GammaSchedule:
     """Draft length per round: `constant`, or `heuristic`, HF's rule (+2 after a fully accepted
     draft, -1 otherwise, never below 1) restarted at gamma for every sample, as HF's
@@ -29,10 +39,13 @@ class GammaSchedule:
     def __init__(self, gamma: int, kind: str):
         self.start, self.kind = gamma, kind
 
-    def next(self, gamma: int, n_accepted: int, n_drafted: int) -> int:
+    def reset(self) -> None:
+        pass
+
+    def next(self, gamma: int, n_accepted: int, draft: Draft) -> int:
         if self.kind == "constant":
             return gamma
-        return gamma + 2 if n_accepted == n_drafted else max(1, gamma - 1)
+        return gamma + 2 if n_accepted == len(draft.tokens) else max(1, gamma - 1)
 
 
 class SpeculativeDecoder:
@@ -42,7 +55,7 @@ class SpeculativeDecoder:
         drafter: Drafter,
         rule: AcceptanceRule,
         warp: Warp,
-        schedule: GammaSchedule,
+        schedule: DraftLength,
     ):
         self.target, self.drafter, self.rule = target, drafter, rule
         self.warp, self.schedule = warp, schedule
@@ -65,7 +78,8 @@ class SpeculativeDecoder:
         unread = list(
             prompt_ids
         )  # tokens the target has not seen yet: the prompt, then the last emitted one
-        gamma, draft_lengths, accepted, draft_s = self.schedule.start, [], [], 0.0
+        self.schedule.reset()
+        gamma, draft_lengths, accepted, draft_s, rounds = self.schedule.start, [], [], 0.0, []
         while len(tokens) < max_new_tokens:
             n_draft = min(
                 gamma, max_new_tokens - len(tokens) - 1
@@ -84,7 +98,9 @@ class SpeculativeDecoder:
             draft_lengths.append(len(draft.tokens))
             accepted.append(n_accepted)
             draft_s += draft.seconds
-            gamma = self.schedule.next(gamma, n_accepted, len(draft.tokens))
+            if draft.info:
+                rounds.append(draft.info)
+            gamma = self.schedule.next(gamma, n_accepted, draft)
             if stopped:
                 break
         return Generation(
@@ -96,4 +112,5 @@ class SpeculativeDecoder:
             draft_s=draft_s,
             draft_lengths=draft_lengths,
             accepted=accepted,
+            rounds=rounds,
         )

@@ -1,0 +1,278 @@
+"""DiffuSpec (Li et al. 2025): a diffusion LM drafts a k-token block in one forward; Causal-
+Consistency Path Search (CPS) picks a left-to-right path through its per-position candidates,
+scored by the drafter's log-probs mixed with a causal n-gram's; Adaptive Draft Length (ADL)
+sets the next k from how long the raw draft runs before EOS and how much of it was accepted.
+
+Verification is greedy (the paper's main setting, exactly the target's greedy output). The
+stochastic variant (acceptance with a left-to-right proxy q) is not implemented: the method
+refuses run.temperature > 0 rather than run an unlabelled approximation.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from specbench.decoding.drafters.ar import fit_vocab
+from specbench.decoding.generation import Draft
+from specbench.decoding.ngram import NgramLM, cached_ngram
+from specbench.decoding.speculative import SpeculativeDecoder
+from specbench.decoding.verify import greedy
+from specbench.decoding.warp import Warp
+from specbench.errors import ConfigError
+from specbench.metrics.speed import synchronize
+from specbench.models.causal import CausalLM
+from specbench.models.diffusion import MaskedDiffusionLM
+from specbench.registry import MethodSpec, register_method
+
+
+def candidates(logprobs: torch.Tensor, tau: float, m_max: int, eos: set[int]) -> list[list[int]]:
+    """Per position: the most likely tokens until their mass reaches tau, at most m_max of them;
+    an EOS inside that mass is kept even past the cap. The lattice ends at the first position
+    whose candidates hold an EOS (METHODS.md section 2; the reading of "EOS always kept" is ours)."""
+    probs = logprobs.exp()
+    top_probs, top_ids = probs.topk(min(m_max, probs.shape[-1]), dim=-1)
+    sizes = ((top_probs.cumsum(-1) < tau).sum(-1) + 1).clamp(max=top_ids.shape[-1]).tolist()
+    inside = {}  # EOS ids whose rank puts them inside the tau mass, per row
+    for e in eos:
+        if e < probs.shape[-1]:
+            above = (probs * (probs > probs[:, e : e + 1])).sum(-1)
+            inside[e] = (above < tau).tolist()
+    lattice = []
+    for i, size in enumerate(sizes):
+        column = top_ids[i, :size].tolist()
+        column += [e for e, rows in inside.items() if rows[i] and e not in column]
+        lattice.append(column)
+        if eos.intersection(column):
+            break
+    return lattice
+
+
+def path_search(
+    lattice: list[list[int]],
+    logprobs: torch.Tensor,
+    ngram: NgramLM | None,
+    context: list[int],
+    beam: int,
+    lam: float,
+    eos: set[int],
+) -> tuple[list[int], float]:
+    """Left-to-right beam search; a path's score sums lam * drafter log-prob + (1 - lam) *
+    n-gram log-prob per token; a path that emitted EOS is finished and carried unchanged.
+    Candidates are tried in falling drafter score, and a hypothesis stops expanding once even a
+    perfect n-gram score could not reach the beam (n-gram log-probs are <= 0)."""
+    width = ngram.order - 1 if ngram is not None else 0
+    start = tuple(context[len(context) - width :]) if width else ()
+    # a hypothesis: (score, finished, tokens as a linked list (token, parent), n-gram history)
+    hypotheses: list[tuple[float, bool, tuple | None, tuple[int, ...]]] = [
+        (0.0, False, None, start)
+    ]
+    for i, column in enumerate(lattice):
+        drafter_scores = logprobs[i, column].tolist()  # already in falling order
+        grown = [h for h in hypotheses if h[1]]
+        best: list[float] = []  # the beam's current scores, a min-heap of at most `beam`
+        for h in grown:
+            heapq.heappush(best, h[0])
+        for score, _, path, recent in (h for h in hypotheses if not h[1]):
+            for token, drafter_score in zip(column, drafter_scores):
+                if len(best) >= beam and score + lam * drafter_score < best[0]:
+                    break
+                step = lam * drafter_score
+                if width and lam < 1:
+                    step += (1 - lam) * ngram.logprob(token, list(recent))
+                after = (*recent, token)[-width:] if width else ()
+                grown.append((score + step, token in eos, (token, path), after))
+                heapq.heappush(best, score + step)
+                if len(best) > beam:
+                    heapq.heappop(best)
+        hypotheses = sorted(grown, key=lambda h: h[0], reverse=True)[:beam]
+    score, _, path, _ = hypotheses[0]
+    tokens = []
+    while path is not None:
+        tokens.append(path[0])
+        path = path[1]
+    return tokens[::-1], score
+
+
+class AdaptiveDraftLength:
+    """ADL's EMA controller: G and A track the raw draft's EOS-aware length and the accepted
+    length; k = clip(floor(G) + delta * [A >= G], k_min, k_max); the first round drafts k_max."""
+
+    def __init__(self, k_min: int, k_max: int, delta: int, rho: float):
+        self.k_min, self.k_max, self.delta, self.rho = k_min, k_max, delta, rho
+        self.start = k_max
+        self.reset()
+
+    def reset(self) -> None:
+        self.generated = self.accepted = 0.0
+
+    def next(self, k: int, n_accepted: int, draft: Draft) -> int:
+        rho = self.rho
+        self.generated = (1 - rho) * self.generated + rho * draft.info["L_gen"]
+        self.accepted = (1 - rho) * self.accepted + rho * n_accepted
+        grow = self.delta if self.accepted >= self.generated else 0
+        return min(max(math.floor(self.generated) + grow, self.k_min), self.k_max)
+
+
+class FixedDraftLength:
+    def __init__(self, k: int):
+        self.start = k
+
+    def reset(self) -> None:
+        pass
+
+    def next(self, k: int, n_accepted: int, draft: Draft) -> int:
+        return k
+
+
+class DiffuSpecDrafter:
+    def __init__(
+        self,
+        dlm: MaskedDiffusionLM,
+        ngram: NgramLM | None,
+        cfg: DiffuSpecConfig,
+        eos: set[int],
+        vocab_size: int,
+    ):
+        self.dlm, self.ngram, self.cfg, self.eos, self.vocab_size = dlm, ngram, cfg, eos, vocab_size
+
+    @property
+    def calls(self) -> int:
+        return self.dlm.calls
+
+    def reset(self) -> None:
+        self.dlm.reset()
+
+    def _logprobs(self, block: list[int]) -> torch.Tensor:
+        logits = fit_vocab(self.dlm.block_logits(block), self.vocab_size)
+        if self.dlm.mask_id < self.vocab_size:
+            mask = torch.tensor([self.dlm.mask_id], device=logits.device)
+            logits = logits.index_fill(-1, mask, float("-inf"))
+        return logits.log_softmax(-1)
+
+    def draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft:
+        if n == 0:
+            return Draft([], None, 0, 0.0, {"L_gen": 0, "k": 0})
+        dlm, cfg = self.dlm, self.cfg
+        synchronize(dlm.device)
+        started, calls = time.perf_counter(), dlm.calls
+        if dlm.context is not None and len(context) + n > dlm.context:
+            context = context[len(context) + n - dlm.context :]
+        dlm.set_prefix(context)
+        block = [dlm.mask_id] * n
+        for step in range(cfg.refine_steps - 1):  # S > 1: reveal the most confident share
+            logprobs = self._logprobs(block)
+            best, tokens = logprobs.max(-1)
+            open_ = [i for i, t in enumerate(block) if t == dlm.mask_id]
+            share = len(open_) // (cfg.refine_steps - step)
+            for i in sorted(open_, key=lambda i: -float(best[i]))[:share]:
+                block[i] = int(tokens[i])
+        logprobs = self._logprobs(block)
+        raw = logprobs.argmax(-1).tolist()
+        raw = [t if t != dlm.mask_id else r for t, r in zip(block, raw)]
+        l_gen = next((i for i, t in enumerate(raw) if t in self.eos), n)
+        searched = time.perf_counter()
+        if cfg.cps:
+            lattice = candidates(logprobs.cpu(), cfg.tau, cfg.m_max, self.eos)
+            path, score = path_search(
+                lattice, logprobs.cpu(), self.ngram, context, cfg.beam, cfg.lam, self.eos
+            )
+        else:
+            path = raw[: l_gen + 1]
+            score = float(sum(logprobs[i, t] for i, t in enumerate(path)))
+        cps_s = time.perf_counter() - searched
+        synchronize(dlm.device)
+        info = {"L_gen": l_gen, "k": n, "path_score": score, "cps_s": cps_s}
+        return Draft(path, None, dlm.calls - calls, time.perf_counter() - started, info)
+
+
+@dataclass
+class DiffuSpecConfig:
+    name: str = "diffuspec"
+    cps: bool = True
+    adl: bool = True
+    k: int = 20  # the fixed draft length when adl is off
+    k_min: int = 20
+    k_max: int = 30
+    delta: int = 10
+    rho: float = 0.5
+    m_max: int = 15
+    tau: float = 0.8
+    beam: int = 3
+    lam: float = 0.5
+    refine_steps: int = 1
+    ngram_order: int = 3
+    ngram_corpus: str = "tiny"  # "tiny" (the tiny world's training text) or a text/JSONL file
+
+
+def check(cfg: DiffuSpecConfig, warp: Warp) -> None:
+    if not warp.greedy:
+        raise ConfigError(
+            "run.temperature", warp.temperature, "diffuspec verifies greedily here: use 0"
+        )
+    bounds = [
+        ("method.k_min", cfg.k_min, 1 <= cfg.k_min <= cfg.k_max, "must be in [1, k_max]"),
+        ("method.k", cfg.k, cfg.k >= 1, "must be >= 1"),
+        ("method.rho", cfg.rho, 0 < cfg.rho <= 1, "must be in (0, 1]"),
+        ("method.tau", cfg.tau, 0 < cfg.tau <= 1, "must be in (0, 1]"),
+        ("method.lam", cfg.lam, 0 <= cfg.lam <= 1, "must be in [0, 1]"),
+        ("method.m_max", cfg.m_max, cfg.m_max >= 1, "must be >= 1"),
+        ("method.beam", cfg.beam, cfg.beam >= 1, "must be >= 1"),
+        ("method.refine_steps", cfg.refine_steps, cfg.refine_steps >= 1, "must be >= 1"),
+        ("method.ngram_order", cfg.ngram_order, cfg.ngram_order >= 1, "must be >= 1"),
+    ]
+    for key, value, ok, allowed in bounds:
+        if not ok:
+            raise ConfigError(key, value, allowed)
+
+
+def corpus_sequences(cfg: DiffuSpecConfig, target: CausalLM) -> list[list[int]]:
+    """The n-gram's training text, tokenised by the target's tokenizer."""
+    if cfg.ngram_corpus == "tiny":
+        from specbench.models.tiny import corpus
+
+        texts = corpus.texts("train")
+    else:
+        from specbench.tasks.base import read_rows
+
+        if cfg.ngram_corpus.endswith((".jsonl", ".json", ".gz")):
+            texts = [
+                " ".join(str(v) for v in row.values())
+                for row in read_rows(cfg.ngram_corpus, "method.ngram_corpus")
+            ]
+        else:
+            with open(cfg.ngram_corpus, encoding="utf-8") as fh:
+                texts = [fh.read()]
+    return [target.tokenizer(t)["input_ids"] for t in texts]
+
+
+def build(
+    cfg: DiffuSpecConfig, target: CausalLM, drafter: MaskedDiffusionLM, warp: Warp
+) -> SpeculativeDecoder:
+    ngram = None
+    if cfg.cps and cfg.lam < 1:
+        key = f"{cfg.ngram_corpus}|{target.tokenizer.name_or_path}"
+        ngram = cached_ngram(key, cfg.ngram_order, target.vocab_size, corpus_sequences(cfg, target))
+    schedule = (
+        AdaptiveDraftLength(cfg.k_min, cfg.k_max, cfg.delta, cfg.rho)
+        if cfg.adl
+        else FixedDraftLength(cfg.k)
+    )
+    drafter_ = DiffuSpecDrafter(drafter, ngram, cfg, set(target.eos_token_ids), target.vocab_size)
+    return SpeculativeDecoder(target, drafter_, greedy, warp, schedule)
+
+
+register_method(
+    MethodSpec(
+        name="diffuspec",
+        config=DiffuSpecConfig,
+        build=build,
+        needs_drafter=True,
+        drafter_kind="diffusion",
+        check=check,
+    )
+)
