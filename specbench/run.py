@@ -99,9 +99,14 @@ def _check_model(cfg: Any, key: str) -> None:
         )
 
 
-def _same_tokenizer(a: Any, b: Any) -> str | None:
-    """Why two tokenizers differ, or None when vocabulary and special ids all match."""
+def _same_tokenizer(a: Any, b: Any, extra_ok: bool = False) -> str | None:
+    """Why drafter tokenizer `b` cannot draft for target tokenizer `a`, or None. A diffusion
+    drafter (`extra_ok`) may add tokens of its own, its mask above all (Dream adds it to
+    Qwen2.5's vocabulary), but every target token must keep its id."""
     va, vb = a.get_vocab(), b.get_vocab()
+    if extra_ok:
+        moved = [tok for tok, i in va.items() if vb.get(tok) != i]
+        return f"{len(moved)} target tokens have other ids, e.g. {moved[:3]}" if moved else None
     if va != vb:
         return f"vocabularies differ ({len(vb)} vs {len(va)} entries)"
     for attr in ("eos_token_id", "bos_token_id", "pad_token_id", "unk_token_id"):
@@ -149,7 +154,11 @@ def prepare(cfg: DictConfig) -> Plan:
     tokenizer = loading.load_tokenizer(cfg.target, "target")
     contexts = [("target", loading.context_length(cfg.target, "target"))]
     if method.needs_drafter:
-        why = _same_tokenizer(tokenizer, loading.load_tokenizer(cfg.drafter, "drafter"))
+        why = _same_tokenizer(
+            tokenizer,
+            loading.load_tokenizer(cfg.drafter, "drafter"),
+            extra_ok=method.drafter_kind == "diffusion",
+        )
         if why:
             raise ConfigError(
                 "drafter",

@@ -165,14 +165,16 @@ def test_truncate_left_keeps_the_end_of_a_long_prompt(tmp_path: Path) -> None:
             "[1, k_max]",
         ),
         (
-            ["method=specdiff", "drafter=tiny-dlm", "drafter.adapter=dream"],
+            ["method=specdiff", "drafter=tiny-dlm", "drafter.adapter=llada"],
             "drafter.adapter",
-            "dream",
-            "tiny, mdlm",
+            "llada",
+            "tiny, mdlm, dream",
         ),
     ],
 )
-def test_diffusion_drafter_misconfigurations(overrides, key, value, allowed, tmp_path: Path) -> None:
+def test_diffusion_drafter_misconfigurations(
+    overrides, key, value, allowed, tmp_path: Path
+) -> None:
     cfg = compose_cfg(f"run.results_dir={tmp_path}", *overrides)
     with pytest.raises(ConfigError) as err:
         prepare(cfg)

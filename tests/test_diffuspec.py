@@ -10,7 +10,8 @@ import random
 
 import pytest
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, PreTrainedModel
+from transformers.modeling_outputs import MaskedLMOutput
 
 from specbench import paths
 from specbench.config import ModelConfig
@@ -25,7 +26,9 @@ from specbench.decoding.drafters.diffuspec import (
 from specbench.decoding.generation import Draft
 from specbench.decoding.ngram import NgramLM
 from specbench.decoding.warp import Warp
+from specbench.models.diffusion import DreamDiffusionLM
 from specbench.models.loading import load_causal_lm, load_diffusion_lm
+from specbench.models.tiny.dlm import TinyDLM, TinyDLMConfig
 
 CPU = torch.device("cpu")
 
@@ -113,3 +116,47 @@ def test_ngram_next_token_laws_sum_to_one() -> None:
         assert by_token == pytest.approx(1.0, abs=1e-9)
     seen = sequences[0][10:13]
     assert model.logprob(seen[2], seen[:2]) > math.log(1 / 30)  # observed continuations gain mass
+
+
+class DreamShaped(PreTrainedModel):
+    """Dream's calling convention: `forward(input_ids)` -> `.logits` whose row i predicts the
+    token at i + 1, over a random bidirectional TinyDLM (whose own rows are aligned)."""
+
+    config_class = TinyDLMConfig
+
+    def __init__(self, config: TinyDLMConfig):
+        super().__init__(config)
+        self.backbone = TinyDLM(config)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.backbone.embed
+
+    def get_output_embeddings(self):
+        return self.backbone.lm_head
+
+    def forward(self, input_ids: torch.Tensor) -> MaskedLMOutput:
+        aligned = self.backbone(input_ids, subs=False).logits
+        return MaskedLMOutput(logits=torch.cat([aligned[:, 1:], aligned[:, -1:]], dim=1))
+
+
+def test_the_dream_adapter_reads_each_position_from_the_row_before_it() -> None:
+    torch.manual_seed(0)
+    config = TinyDLMConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        mask_token_id=63,
+    )
+    model = DreamShaped(config).eval()
+    dlm = DreamDiffusionLM(model, mask_id=63, context=None, name="dream-shaped")
+    prefix, block = [5, 9, 14, 3, 22], [63, 63, 7, 63]
+    dlm.set_prefix(prefix)
+    got = dlm.block_logits(block, subs=False)
+    with torch.no_grad():
+        aligned = model.backbone(torch.tensor([prefix + block]), subs=False).logits[0, 5:]
+    torch.testing.assert_close(got, aligned)
+    subs = dlm.block_logits(block).softmax(-1)
+    assert subs[:, 63].max() == 0 and subs[2].argmax() == 7  # SUBS on the shifted rows

@@ -11,6 +11,9 @@ a block of positions after it, some of them the mask token. Adapters:
   block (plus, in the first, the tokens verified since the last draft).
 * `mdlm`: kuleshov-group/mdlm-owt style models (`forward(input_ids, timesteps)`, bidirectional,
   no cache, time conditioning off so sigma is 0): every step reads prefix and block together.
+* `dream`: Dream-org/Dream-v0-*-7B (full attention, no cache): its logits at position i predict
+  the token at i + 1, as an AR model's do, so a block position j is read from row j - 1 (the
+  right shift of Dream's own generate).
 """
 
 from __future__ import annotations
@@ -102,7 +105,22 @@ class MDLMDiffusionLM(MaskedDiffusionLM):
         return logits
 
 
+class DreamDiffusionLM(MaskedDiffusionLM):
+    @torch.inference_mode()
+    def block_logits(self, block: list[int], subs: bool = True) -> torch.Tensor:
+        if not self.prefix:
+            raise ValueError("the dream adapter reads a block position from the one before it")
+        ids = self._tensor(self.prefix + block)
+        self.calls += 1
+        start = len(self.prefix) - 1  # row start predicts the first block position
+        logits = self.model(ids).logits[0, start : start + len(block)].float()
+        if subs:
+            logits = subs_parameterise(logits, ids[0, len(self.prefix) :], self.mask_id)
+        return logits
+
+
 ADAPTERS: dict[str, tuple[type[MaskedDiffusionLM], Any]] = {
     "tiny": (TinyDiffusionLM, AutoModel),
     "mdlm": (MDLMDiffusionLM, AutoModelForMaskedLM),
+    "dream": (DreamDiffusionLM, AutoModel),
 }

@@ -135,6 +135,14 @@ def load_diffusion_lm(
     )
     if cfg.device_map is None:
         model.to(device)
-    mask_id = cfg.mask_token_id if cfg.mask_token_id is not None else model.config.mask_token_id
+    mask_id = next(
+        m
+        for m in (
+            cfg.mask_token_id,
+            getattr(model.config, "mask_token_id", None),
+            load_tokenizer(cfg, key).mask_token_id,
+        )
+        if m is not None
+    )
     context = cfg.context_length or max_positions(model.config)
     return wrapper(model, mask_id, context, cfg.name)
