@@ -48,7 +48,9 @@ def record(i: int, tokens: int, wall: float, calls: int, base_wall: float, nll: 
 
 
 def write_run(root: Path, cell: dict, records: list[dict], task: str = "tiny_code") -> None:
-    method = {k: cell[k] for k in ("gamma", "steps", "rule", "leniency") if k in cell}
+    method = {
+        k: cell[k] for k in ("gamma", "steps", "rule", "leniency", "cps", "adl", "k") if k in cell
+    }
     run_id = "-".join(f"{k}{v}" for k, v in sorted(cell.items()))
     run_dir = root / cell.get("experiment", "adhoc") / run_id
     run_dir.mkdir(parents=True)

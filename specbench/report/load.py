@@ -11,7 +11,7 @@ import yaml
 
 from specbench.registry import TASKS, discover
 
-KNOBS = ("gamma", "steps", "rule", "leniency", "q_source", "schedule")
+KNOBS = ("gamma", "steps", "rule", "leniency", "q_source", "schedule", "cps", "adl", "k")
 
 
 def read_run(run_dir: Path) -> dict:
@@ -49,18 +49,22 @@ def cell_label(row: dict) -> str:
             parts.append(f"{names[knob]}{row[knob]}")
     if row.get("rule") not in (None, "auto", "greedy", "rejection"):
         parts.append(f"{row['rule']}{row['leniency']:g}")
+    if row.get("cps") is not None:  # DiffuSpec
+        parts.append("+".join(n for n in ("cps", "adl") if row[n]) or "one-pass")
+        if not row["adl"]:
+            parts.append(f"k{row['k']}")
     return " ".join(parts)
 
 
 def load_runs(root: str | Path) -> pd.DataFrame:
-    """Every run directory under `root`; a cell stored twice (the same run id, e.g. a
-    reference copy and a rerun) keeps the copy with more samples."""
+    """Every run directory under `root`; a cell stored twice in one experiment (the same run
+    id, e.g. a reference copy and a rerun) keeps the copy with more samples."""
     rows = [read_run(p.parent) for p in sorted(Path(root).glob("**/summary.json"))]
     if not rows:
         return pd.DataFrame(columns=["run_id", "experiment", "task", "method", "cell"])
     frame = pd.DataFrame(rows).sort_values("n_samples", ascending=False)
     return (
-        frame.drop_duplicates("run_id")
+        frame.drop_duplicates(["experiment", "run_id"])
         .sort_values(["task", "method", "cell"])
         .reset_index(drop=True)
     )
