@@ -135,14 +135,10 @@ def load_diffusion_lm(
     )
     if cfg.device_map is None:
         model.to(device)
-    mask_id = next(
-        m
-        for m in (
-            cfg.mask_token_id,
-            getattr(model.config, "mask_token_id", None),
-            load_tokenizer(cfg, key).mask_token_id,
-        )
-        if m is not None
-    )
+    mask_id = cfg.mask_token_id
+    if mask_id is None:
+        mask_id = getattr(model.config, "mask_token_id", None)
+    if mask_id is None:  # Dream keeps it in its tokenizer
+        mask_id = load_tokenizer(cfg, key).mask_token_id
     context = cfg.context_length or max_positions(model.config)
     return wrapper(model, mask_id, context, cfg.name)
