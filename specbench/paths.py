@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO_ROOT / "conf"
@@ -21,3 +22,19 @@ def cache_dir() -> Path:
     """Where built-in models are written once and reused: $SPECBENCH_CACHE, else ~/.cache/specbench."""
     env = os.environ.get("SPECBENCH_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "specbench"
+
+
+def portable(value: Any) -> Any:
+    """A resolved config with this machine's locations written back as the resolvers that
+    produce them (`${tiny:...}`, `${pkgdata:...}`, `${data:...}`): stored configs and run
+    identities then mean the same run on every machine, and name no developer's directory."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v) for v in value]
+    if isinstance(value, str):
+        for resolver, root in (("tiny", TINY_DIR), ("pkgdata", PACKAGE_DATA), ("data", data_dir())):
+            prefix = f"{root}{os.sep}"
+            if value.startswith(prefix):
+                return f"${{{resolver}:{value[len(prefix) :]}}}"
+    return value

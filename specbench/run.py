@@ -148,7 +148,7 @@ def prepare(cfg: DictConfig) -> Plan:
             "logging.wandb.mode", cfg.logging.wandb.mode, "allowed: offline, online, disabled"
         )
 
-    config = OmegaConf.to_container(cfg, resolve=True)
+    config = paths.portable(OmegaConf.to_container(cfg, resolve=True))
     if not method.needs_drafter:
         config["drafter"] = dict(NO_DRAFTER)  # irrelevant to this method: not in its identity
     tokenizer = loading.load_tokenizer(cfg.target, "target")

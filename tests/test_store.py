@@ -57,3 +57,27 @@ def test_identity_ignores_limit_and_logging_but_not_knobs(tmp_path: Path) -> Non
     base = config_hash(config(tmp_path))
     assert config_hash(config(tmp_path, limit=99)) == base
     assert config_hash(config(tmp_path, gamma=2)) != base
+
+
+def test_a_stored_config_names_no_directory_of_this_machine(tmp_path: Path) -> None:
+    """Packaged, tiny-world and shared-data paths are stored as the resolvers that make them,
+    so the same config has the same identity everywhere and still resolves when reloaded."""
+    from omegaconf import OmegaConf
+
+    from conftest import compose_cfg
+    from specbench import paths
+    from specbench.run import prepare
+
+    plan = prepare(
+        compose_cfg(
+            "task=spec_bench", "run.limit=3", "run.max_new_tokens=64", f"run.results_dir={tmp_path}"
+        )
+    )
+    text = (plan.store.run_dir / "config.yaml").read_text()
+    assert str(paths.REPO_ROOT) not in text and str(paths.data_dir()) not in text
+    assert plan.config["task"]["path"] == "${data:spec_bench/question.jsonl}"
+    assert plan.config["target"]["name_or_path"] == "specbench:tiny"
+    reloaded = OmegaConf.create(plan.config)
+    assert reloaded.task.path == str(paths.data_dir() / "spec_bench/question.jsonl")
+    tiny = prepare(compose_cfg(f"run.results_dir={tmp_path}"))
+    assert tiny.config["task"]["path"] == "${tiny:tiny_code.jsonl}"

@@ -78,7 +78,8 @@ def plot(
     ax.grid(alpha=0.3)
     out.parent.mkdir(parents=True, exist_ok=True)
     paths = [out.with_suffix(".png"), out.with_suffix(".pdf")]
-    for path in paths:
-        fig.savefig(path, dpi=150, bbox_inches="tight")
+    for path in paths:  # no creation date: a rebuilt figure from the same runs is the same file
+        metadata = {"CreationDate": None} if path.suffix == ".pdf" else {}
+        fig.savefig(path, dpi=150, bbox_inches="tight", metadata=metadata)
     plt.close(fig)
     return paths
