@@ -13,7 +13,8 @@ from omegaconf import DictConfig
 from specbench import paths
 from specbench.config import ModelConfig
 from specbench.models.causal import CausalLM
-from specbench.models.loading import load_causal_lm
+from specbench.models.diffusion import MaskedDiffusionLM
+from specbench.models.loading import load_causal_lm, load_diffusion_lm
 from specbench.registry import discover
 
 
@@ -39,6 +40,14 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def builtin(name: str) -> CausalLM:
     cfg = ModelConfig(name=name, name_or_path=f"specbench:{name}")
     return load_causal_lm(cfg, "target", torch.device("cpu"), "float32")
+
+
+def tiny_dlm() -> MaskedDiffusionLM:
+    """The tiny world's diffusion LM behind its adapter, as `drafter=tiny-dlm` loads it."""
+    cfg = ModelConfig(
+        name="tiny-dlm", name_or_path="specbench:tiny-dlm", kind="diffusion", adapter="tiny"
+    )
+    return load_diffusion_lm(cfg, "drafter", torch.device("cpu"), "float32")
 
 
 @pytest.fixture(scope="session")

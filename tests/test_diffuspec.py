@@ -13,8 +13,8 @@ import torch
 from transformers import AutoTokenizer, PreTrainedModel
 from transformers.modeling_outputs import MaskedLMOutput
 
+from conftest import builtin, tiny_dlm
 from specbench import paths
-from specbench.config import ModelConfig
 from specbench.decoding.autoregressive import AutoregressiveDecoder
 from specbench.decoding.drafters.diffuspec import (
     AdaptiveDraftLength,
@@ -27,7 +27,6 @@ from specbench.decoding.generation import Draft
 from specbench.decoding.ngram import NgramLM
 from specbench.decoding.warp import Warp
 from specbench.models.diffusion import DreamDiffusionLM
-from specbench.models.loading import load_causal_lm, load_diffusion_lm
 from specbench.models.tiny.dlm import TinyDLM, TinyDLMConfig
 
 CPU = torch.device("cpu")
@@ -37,17 +36,7 @@ CPU = torch.device("cpu")
 def world():
     tokenizer = AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")
     rows = [json.loads(line) for line in (paths.TINY_DIR / "tiny_code.jsonl").open()]
-    target = load_causal_lm(
-        ModelConfig(name="tiny", name_or_path="specbench:tiny"), "t", CPU, "float32"
-    )
-    dlm = load_diffusion_lm(
-        ModelConfig(
-            name="tiny-dlm", name_or_path="specbench:tiny-dlm", kind="diffusion", adapter="tiny"
-        ),
-        "drafter",
-        CPU,
-        "float32",
-    )
+    target, dlm = builtin("tiny"), tiny_dlm()
     return target, dlm, [tokenizer(r["prompt"])["input_ids"] for r in rows]
 
 

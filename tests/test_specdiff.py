@@ -11,30 +11,17 @@ import torch
 from transformers import AutoConfig, AutoModelForMaskedLM, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import MaskedLMOutput
 
+from conftest import builtin, tiny_dlm
 from specbench import paths
 from specbench.config import ModelConfig
 from specbench.decoding.autoregressive import AutoregressiveDecoder
 from specbench.decoding.drafters.specdiff import SpecDiffConfig, SpecDiffDrafter, build
 from specbench.decoding.warp import Warp
-from specbench.models.causal import CausalLM
 from specbench.models.diffusion import MaskedDiffusionLM
-from specbench.models.loading import load_causal_lm, load_diffusion_lm
+from specbench.models.loading import load_diffusion_lm
 from specbench.models.tiny.dlm import TinyDLM, TinyDLMConfig, block_causal_mask
 
 CPU = torch.device("cpu")
-
-
-def tiny_target() -> CausalLM:
-    return load_causal_lm(
-        ModelConfig(name="tiny", name_or_path="specbench:tiny"), "t", CPU, "float32"
-    )
-
-
-def tiny_dlm() -> MaskedDiffusionLM:
-    cfg = ModelConfig(
-        name="tiny-dlm", name_or_path="specbench:tiny-dlm", kind="diffusion", adapter="tiny"
-    )
-    return load_diffusion_lm(cfg, "drafter", CPU, "float32")
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +35,7 @@ def prompts() -> list[list[int]]:
 
 @pytest.mark.parametrize(("gamma", "steps"), [(5, 1), (10, 4), (20, 8)])
 def test_greedy_specdiff_equals_the_targets_greedy_output(prompts, gamma, steps) -> None:
-    target, dlm = tiny_target(), tiny_dlm()
+    target, dlm = builtin("tiny"), tiny_dlm()
     method = build(SpecDiffConfig(gamma=gamma, steps=steps), target, dlm, Warp())
     baseline = AutoregressiveDecoder(target, Warp())
     accepted = 0
@@ -92,7 +79,7 @@ def test_the_sampler_runs_the_denoiser_only_after_something_changed() -> None:
 
 @pytest.mark.parametrize("q_source", ["reveal_step", "final_step"])
 def test_q_rows_are_distributions_over_real_tokens(prompts, q_source) -> None:
-    target, dlm = tiny_target(), tiny_dlm()
+    target, dlm = builtin("tiny"), tiny_dlm()
     drafter = SpecDiffDrafter(
         dlm, Warp(temperature=1.0, top_p=0.95), 4, q_source, target.vocab_size
     )

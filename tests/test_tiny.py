@@ -9,15 +9,12 @@ import pytest
 import torch
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
-from conftest import compose_cfg
+from conftest import builtin, compose_cfg
 from specbench import paths
-from specbench.config import ModelConfig
 from specbench.decoding.autoregressive import AutoregressiveDecoder
 from specbench.decoding.drafters.ar import SpSConfig, build
 from specbench.decoding.generation import Stop
 from specbench.decoding.warp import Warp
-from specbench.models.causal import CausalLM
-from specbench.models.loading import load_causal_lm
 from specbench.models.tiny import corpus
 from specbench.models.tiny.dlm import (
     TinyDLM,
@@ -27,15 +24,6 @@ from specbench.models.tiny.dlm import (
 )
 from specbench.models.tiny.train import Schedule, Shape, causal_model, token_stream, train_causal
 from specbench.run import execute, prepare
-
-
-def tiny(name: str) -> CausalLM:
-    return load_causal_lm(
-        ModelConfig(name=name, name_or_path=f"specbench:{name}"),
-        "target",
-        torch.device("cpu"),
-        "float32",
-    )
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +42,7 @@ def test_committed_checkpoints_load_with_the_hub_loader(tokenizer) -> None:
     report = json.loads((paths.TINY_DIR / "tiny-dlm" / "training.json").read_text())
     assert report["validation"]["masked_loss"] < 6.0
     assert (tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.mask_token_id) == (0, 1, 2)
-    assert tiny("tiny").eos_token_ids == {0}
+    assert builtin("tiny").eos_token_ids == {0}
 
 
 def test_tokenizer_round_trips_held_out_source(tokenizer) -> None:
@@ -85,7 +73,7 @@ def test_tiny_code_samples_are_held_out_prefixes() -> None:
 
 
 def test_greedy_sps_on_the_tiny_world_is_lossless(tokenizer) -> None:
-    target, drafter = tiny("tiny"), tiny("tiny-ar")
+    target, drafter = builtin("tiny"), builtin("tiny-ar")
     baseline, method = (
         AutoregressiveDecoder(target, Warp()),
         build(SpSConfig(gamma=4), target, drafter, Warp()),
@@ -161,7 +149,7 @@ def test_an_ar_initialised_dlm_drafts_its_first_position_as_the_ar_model_predict
 
 
 def test_stop_strings_end_sps_exactly_where_plain_decoding_ends(tokenizer) -> None:
-    target, drafter = tiny("tiny"), tiny("tiny-ar")
+    target, drafter = builtin("tiny"), builtin("tiny-ar")
     baseline = AutoregressiveDecoder(target, Warp())
     method = build(SpSConfig(gamma=4), target, drafter, Warp())
     stop = Stop(frozenset(target.eos_token_ids), ("\n\n", "return"), decode=tokenizer.decode)

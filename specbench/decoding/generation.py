@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol
 
 import torch
@@ -46,7 +47,7 @@ class Stop:
     strings: tuple[str, ...] = ()
     decode: Callable[[list[int]], str] | None = None
 
-    @property
+    @cached_property
     def window(self) -> int:
         """Tokens enough to spell the longest stop string (a token is at least one byte)."""
         return max((len(s.encode()) for s in self.strings), default=0) + 1
@@ -61,12 +62,6 @@ class Stop:
                 if any(s in text for s in self.strings):
                     return i
         return None
-
-    def cut(self, tokens: list[int], start: int = 0) -> tuple[list[int], bool]:
-        """The tokens up to and including the first stop at or after `start`, and whether
-        there was one."""
-        end = self.first(tokens, start)
-        return (tokens, False) if end is None else (tokens[: end + 1], True)
 
 
 class Decoder(Protocol):

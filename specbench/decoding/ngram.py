@@ -30,6 +30,7 @@ class NgramLM:
         self.counts: list[dict[tuple[int, ...], Counter]] = [
             defaultdict(Counter) for _ in range(order + 1)
         ]
+        self.memo: dict[tuple[int, tuple[int, ...]], float] = {}
 
     def fit(self, sequences: Iterable[list[int]]) -> NgramLM:
         n = self.order
@@ -54,7 +55,7 @@ class NgramLM:
         """Natural-log probability of `token` after `context` (its last order-1 ids count),
         memoised: a path search asks the same few histories again and again."""
         key = (token, tuple(context[len(context) - self.order + 1 :]))
-        memo = self.__dict__.setdefault("memo", {})
+        memo = self.memo
         if key not in memo:
             if len(memo) > 1_000_000:
                 memo.clear()

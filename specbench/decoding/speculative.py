@@ -90,9 +90,12 @@ class SpeculativeDecoder:
                 logits, draft.q_probs, draft.tokens, self.warp, generator
             )
             target.rollback(target.length - (len(draft.tokens) - n_accepted))
-            tokens, stopped = stop.cut(
-                tokens + draft.tokens[:n_accepted] + [next_token], start=len(tokens)
-            )
+            start = len(tokens)
+            tokens += draft.tokens[:n_accepted] + [next_token]
+            end = stop.first(tokens, start)
+            stopped = end is not None
+            if stopped:
+                del tokens[end + 1 :]
             unread = [next_token]
             clock.first_token()
             draft_lengths.append(len(draft.tokens))

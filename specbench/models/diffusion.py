@@ -42,8 +42,13 @@ class MaskedDiffusionLM:
     def reset(self) -> None:
         self.prefix: list[int] = []
 
-    def set_prefix(self, ids: list[int]) -> None:
+    def set_prefix(self, ids: list[int], room: int = 0) -> list[int]:
+        """Fix the clean prefix, left-truncated so `room` block positions still fit the model's
+        context; returns the prefix kept."""
+        if self.context is not None and len(ids) + room > self.context:
+            ids = ids[len(ids) + room - self.context :]
         self.prefix = list(ids)
+        return self.prefix
 
     @torch.inference_mode()
     def block_logits(self, block: list[int], subs: bool = True) -> torch.Tensor:
@@ -61,12 +66,13 @@ class TinyDiffusionLM(MaskedDiffusionLM):
         self.cache: PrefixCache | None = None
         self.cached: list[int] = []  # the tokens the cache holds; `prefix[len(cached):]` waits
 
-    def set_prefix(self, ids: list[int]) -> None:
-        """Keep the cache if `ids` extends what it holds (a new sample, or a left-truncated
+    def set_prefix(self, ids: list[int], room: int = 0) -> list[int]:
+        """Keep the cache if the prefix extends what it holds (a new sample, or a left-truncated
         window, starts over); the tokens after it are encoded by the next `block_logits`."""
-        if ids[: len(self.cached)] != self.cached:
+        prefix = super().set_prefix(ids, room)
+        if prefix[: len(self.cached)] != self.cached:
             self.cache, self.cached = None, []
-        self.prefix = list(ids)
+        return prefix
 
     @torch.inference_mode()
     def block_logits(self, block: list[int], subs: bool = True) -> torch.Tensor:

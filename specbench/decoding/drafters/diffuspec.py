@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specbench.decoding.drafters.ar import fit_vocab
+from specbench.decoding.drafters.specdiff import real_token_logits
 from specbench.decoding.generation import Draft
 from specbench.decoding.ngram import NgramLM, cached_ngram
 from specbench.decoding.speculative import SpeculativeDecoder
@@ -148,11 +148,7 @@ class DiffuSpecDrafter:
         self.dlm.reset()
 
     def _logprobs(self, block: list[int]) -> torch.Tensor:
-        logits = fit_vocab(self.dlm.block_logits(block), self.vocab_size)
-        if self.dlm.mask_id < self.vocab_size:
-            mask = torch.tensor([self.dlm.mask_id], device=logits.device)
-            logits = logits.index_fill(-1, mask, float("-inf"))
-        return logits.log_softmax(-1)
+        return real_token_logits(self.dlm, block, self.vocab_size).log_softmax(-1)
 
     def draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft:
         if n == 0:
@@ -160,9 +156,7 @@ class DiffuSpecDrafter:
         dlm, cfg = self.dlm, self.cfg
         synchronize(dlm.device)
         started, calls = time.perf_counter(), dlm.calls
-        if dlm.context is not None and len(context) + n > dlm.context:
-            context = context[len(context) + n - dlm.context :]
-        dlm.set_prefix(context)
+        context = dlm.set_prefix(context, room=n)
         block = [dlm.mask_id] * n
         for step in range(cfg.refine_steps - 1):  # S > 1: reveal the most confident share
             logprobs = self._logprobs(block)

@@ -38,6 +38,16 @@ EPS = 1e-5
 Q_SOURCES = ("reveal_step", "final_step", "onehot")
 
 
+def real_token_logits(dlm: MaskedDiffusionLM, block: list[int], vocab_size: int, subs: bool = True):
+    """A draft block's logits over the target's vocabulary, the mask token at -inf (it may sit
+    inside that vocabulary, as the tiny world's does, or past it, as MDLM's and Dream's do)."""
+    logits = fit_vocab(dlm.block_logits(block, subs), vocab_size)
+    if dlm.mask_id < vocab_size:
+        mask = torch.tensor([dlm.mask_id], device=logits.device)
+        logits = logits.index_fill(-1, mask, float("-inf"))
+    return logits
+
+
 class SpecDiffDrafter:
     def __init__(
         self, dlm: MaskedDiffusionLM, warp: Warp, steps: int, q_source: str, vocab_size: int
@@ -52,14 +62,10 @@ class SpecDiffDrafter:
     def reset(self) -> None:
         self.dlm.reset()
 
-    def _probs(self, logits: torch.Tensor, truncate: bool = True) -> torch.Tensor:
-        """Proposal rows over the target's vocabulary (the mask id falls outside it or has no
-        mass already), warped as the target is. `truncate=False` applies the temperature only:
-        a row the token was not sampled from must still give it mass."""
-        logits = fit_vocab(logits, self.vocab_size)
-        if self.dlm.mask_id < self.vocab_size:
-            mask = torch.tensor([self.dlm.mask_id], device=logits.device)
-            logits = logits.index_fill(-1, mask, float("-inf"))
+    def _probs(self, block: list[int], subs: bool = True, truncate: bool = True) -> torch.Tensor:
+        """Proposal rows for the block, warped as the target is. `truncate=False` applies the
+        temperature only: a row the token was not sampled from must still give it mass."""
+        logits = real_token_logits(self.dlm, block, self.vocab_size, subs)
         if self.warp.greedy:
             return logits.softmax(-1)
         if not truncate:
@@ -72,16 +78,14 @@ class SpecDiffDrafter:
         dlm, mask = self.dlm, self.dlm.mask_id
         synchronize(dlm.device)
         started, calls = time.perf_counter(), dlm.calls
-        if dlm.context is not None and len(context) + n > dlm.context:
-            context = context[len(context) + n - dlm.context :]  # left-truncate the prefix
-        dlm.set_prefix(context)
+        dlm.set_prefix(context, room=n)
         block = [mask] * n
         q_rows: list[torch.Tensor | None] = [None] * n
         probs = None
         grid = torch.linspace(1.0, EPS, self.steps + 1).tolist()
         for t, s in zip(grid[:-1], grid[1:]):
             if probs is None:
-                probs = self._probs(dlm.block_logits(block))
+                probs = self._probs(block)
             masked = [i for i, tok in enumerate(block) if tok == mask]
             u = torch.rand(len(masked), generator=generator, device=probs.device)
             revealed = [i for i, ui in zip(masked, u.tolist()) if ui < (t - s) / t]
@@ -93,7 +97,7 @@ class SpecDiffDrafter:
         still = [i for i, tok in enumerate(block) if tok == mask]
         if still:
             if probs is None:
-                probs = self._probs(dlm.block_logits(block))
+                probs = self._probs(block)
             for i in still:
                 block[i] = int(probs[i].argmax())
                 q_rows[i] = probs[i]
@@ -110,7 +114,7 @@ class SpecDiffDrafter:
         if self.warp.greedy or self.q_source == "onehot":
             return None  # the verification rule reads None as one-hot on the drafted tokens
         if self.q_source == "final_step":
-            return self._probs(self.dlm.block_logits(block, subs=False), truncate=False)
+            return self._probs(block, subs=False, truncate=False)
         return torch.stack(q_rows)
 
 
