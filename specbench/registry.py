@@ -24,9 +24,8 @@ class MethodSpec:
     needs_drafter: bool
     drafter_kind: str = "causal"  # the `kind` a drafter's config must have: causal | diffusion
     check: Callable[[Any, Any], None] = lambda cfg, warp: None  # raises ConfigError on a bad knob
-    lossless: Callable[[Any, Any], bool] = lambda cfg, warp: (
-        True
-    )  # output distributed as the target's
+    # whether the output is distributed exactly as the target's
+    lossless: Callable[[Any, Any], bool] = lambda cfg, warp: True
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,8 @@ class Draft:
     q_probs: torch.Tensor | None  # [len(tokens), V] warped proposal, None when chosen by argmax
     nfe: int
     seconds: float
-    info: dict = field(
-        default_factory=dict
-    )  # per-round facts a drafter reports (DiffuSpec: L_gen, k, ...)
+    # per-round facts a drafter reports (DiffuSpec: L_gen, k, ...)
+    info: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -75,15 +75,12 @@ class SpeculativeDecoder:
         target.reset()
         drafter.reset()
         tokens: list[int] = []
-        unread = list(
-            prompt_ids
-        )  # tokens the target has not seen yet: the prompt, then the last emitted one
+        # tokens the target has not seen yet: the prompt, then the last emitted one
+        unread = list(prompt_ids)
         self.schedule.reset()
         gamma, draft_lengths, accepted, draft_s, rounds = self.schedule.start, [], [], 0.0, []
         while len(tokens) < max_new_tokens:
-            n_draft = min(
-                gamma, max_new_tokens - len(tokens) - 1
-            )  # a round emits up to n_draft + 1
+            n_draft = min(gamma, max_new_tokens - len(tokens) - 1)  # a round emits <= n_draft + 1
             draft = drafter.draft(prompt_ids + tokens, n_draft, generator)
             logits = target.forward_tokens(unread + draft.tokens, keep=len(draft.tokens) + 1)
             n_accepted, next_token = self.rule(

@@ -189,9 +189,8 @@ def dlm_loss(
     else:
         logits = model.training_logits(x_t, x, block)
     logits = logits.float()
-    logits[
-        ..., mask_id
-    ] = -1e9  # SUBS: the mask token is never predicted (finite: keeps KL's 0 * log 0 at 0)
+    # SUBS: the mask token is never predicted (finite, so KL's 0 * log 0 stays 0)
+    logits[..., mask_id] = -1e9
     ce = F.cross_entropy(logits.transpose(1, 2), x, reduction="none")
     loss = (ce * masked / t[:, None]).sum() / masked.numel()
     if block is not None and teacher is not None:
