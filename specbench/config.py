@@ -23,7 +23,7 @@ class ModelConfig:
     name: str = MISSING
     name_or_path: str | None = MISSING
     kind: str = "causal"  # causal | diffusion | none
-    adapter: str | None = None  # diffusion models: tiny | mdlm
+    adapter: str | None = None  # diffusion models: tiny | mdlm | dream | llada
     mask_token_id: int | None = None  # diffusion models: null reads the model's config
     context_length: int | None = None  # null reads the model's config
     tokenizer: str | None = None  # where the tokenizer lives, if not beside the weights

@@ -36,6 +36,7 @@ def _arm_fields(gen: Generation, answers: list[str], quality: dict[str, float]) 
         "wall_s": gen.wall_s,
         "ttft_s": gen.ttft_s,
         "target_calls": gen.target_calls,
+        "target_positions": gen.positions,
         "text": answers[0] if len(answers) == 1 else answers,
         "quality": quality,
     }
@@ -56,6 +57,7 @@ def merge(turns: list[Generation]) -> Generation:
         draft_lengths=[n for g in turns for n in g.draft_lengths],
         accepted=[n for g in turns for n in g.accepted],
         rounds=[r for g in turns for r in g.rounds],
+        positions=sum(g.positions for g in turns),
     )
 
 
@@ -71,8 +73,11 @@ def evaluate(
     store: RunStore,
     mirror: WandbMirror,
     lossless: bool = True,
+    flags: dict[str, Any] | None = None,
 ) -> None:
-    """`lossless` is the method's own claim for this config; a lossy one marks every record."""
+    """`lossless` is the method's own claim for this config; a lossy one marks every record.
+    `flags` are further facts about the method's config that every record carries (a prefix
+    cache that makes the target's logits approximate)."""
     todo = [s for s in samples if s.id not in store.done]
     if not todo:
         return
@@ -127,6 +132,7 @@ def evaluate(
             "rounds": gen.rounds,
             "first_divergence": None,
             "lossy": not lossless,
+            **(flags or {}),
             "baseline": None,
         }
         if "baseline" in outputs:

@@ -23,7 +23,12 @@ class MethodSpec:
     build: Callable[..., Any]  # (method_cfg, target, drafter, warp) -> Decoder
     needs_drafter: bool
     drafter_kind: str = "causal"  # the `kind` a drafter's config must have: causal | diffusion
+    target_kind: str = "causal"  # the `kind` the target's config must have
+    # (method_cfg, target, warp) -> the baseline arm's Decoder; None: plain AR decoding
+    baseline: Callable[..., Any] | None = None
     check: Callable[[Any, Any], None] = lambda cfg, warp: None  # raises ConfigError on a bad knob
+    # (method_cfg, target_cfg): knobs that depend on the target (before any weight loads)
+    check_target: Callable[[Any, Any], None] = lambda cfg, target: None
     # whether the output is distributed exactly as the target's
     lossless: Callable[[Any, Any], bool] = lambda cfg, warp: True
 

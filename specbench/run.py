@@ -124,11 +124,14 @@ def prepare(cfg: DictConfig) -> Plan:
     method = METHODS[cfg.method.name]
     warp = Warp(cfg.run.temperature, cfg.run.top_k, cfg.run.top_p)
     method.check(cfg.method, warp)
-    if cfg.target.kind != "causal":
+    if cfg.target.kind != method.target_kind:
         raise ConfigError(
-            "target.kind", cfg.target.kind, f"method {method.name} needs a causal target"
+            "target.kind",
+            cfg.target.kind,
+            f"method {method.name} needs a {method.target_kind} target",
         )
     _check_model(cfg.target, "target")
+    method.check_target(cfg.method, cfg.target)
     if method.needs_drafter:
         if cfg.drafter.name_or_path is None:
             raise ConfigError(
@@ -221,21 +224,26 @@ def prepare(cfg: DictConfig) -> Plan:
     )
 
 
+def plain(method_cfg: Any, target: Any, warp: Warp) -> AutoregressiveDecoder:
+    """The baseline arm of a method on an AR target: the target's own decoding."""
+    return AutoregressiveDecoder(target, warp)
+
+
 def execute(plan: Plan) -> dict[str, Any]:
     """Load weights, decode every unfinished sample, write summary and environment."""
     cfg = OmegaConf.create(plan.config)
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
-    target = loading.load_causal_lm(cfg.target, "target", plan.device, cfg.run.dtype)
+    load = {"causal": loading.load_causal_lm, "diffusion": loading.load_diffusion_lm}
+    target = load[cfg.target.kind](cfg.target, "target", plan.device, cfg.run.dtype)
     drafter = None
     if plan.method.needs_drafter:
-        load = {"causal": loading.load_causal_lm, "diffusion": loading.load_diffusion_lm}
         drafter = load[cfg.drafter.kind](cfg.drafter, "drafter", plan.device, cfg.run.dtype)
-    decoder = plan.method.build(cfg.method, target, drafter, plan.warp)
-    arms = Arms(
-        method=decoder,
-        baseline=AutoregressiveDecoder(target, plan.warp) if cfg.run.baseline else None,
-    )
+    baseline = None
+    if cfg.run.baseline:
+        baseline = (plan.method.baseline or plain)(cfg.method, target, plan.warp)
+    arms = Arms(method=plan.method.build(cfg.method, target, drafter, plan.warp), baseline=baseline)
+    approximate = getattr(target, "approximate_cache", False)
     env = environment(plan.device, config_hash(plan.config))
     plan.store.write_json("env.json", env)
     mirror = WandbMirror(
@@ -262,6 +270,7 @@ def execute(plan: Plan) -> dict[str, Any]:
             plan.store,
             mirror,
             plan.method.lossless(cfg.method, plan.warp),
+            {"approximate_cache": approximate},
         )
     finally:
         plan.store.close()
@@ -274,6 +283,7 @@ def execute(plan: Plan) -> dict[str, Any]:
         "drafter": plan.config["drafter"]["name"],
         "task": cfg.task.name,
         "lossless": plan.method.lossless(cfg.method, plan.warp),
+        "approximate_cache": approximate,
         **summarize(records, greedy=plan.warp.greedy),
         "env": fingerprint(env),
     }

@@ -28,7 +28,7 @@ class AutoregressiveDecoder:
         target = self.target
         stop = stop or Stop(frozenset(target.eos_token_ids))
         clock = Stopwatch(target.device)
-        calls_before = target.calls
+        calls_before, positions = target.calls, target.positions
         clock.start()
         logits = target.prefill(prompt_ids)
         tokens: list[int] = []
@@ -44,6 +44,7 @@ class AutoregressiveDecoder:
             wall_s=clock.elapsed(),
             ttft_s=clock.ttft_s,
             target_calls=target.calls - calls_before,
+            positions=target.positions - positions,
         )
 
 

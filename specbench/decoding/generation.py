@@ -34,6 +34,7 @@ class Generation:
     draft_lengths: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
     rounds: list[dict] = field(default_factory=list)  # each round's Draft.info, when any
+    positions: int = 0  # token positions the target's forwards fed (batch rows x length)
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ class SpeculativeDecoder:
         target, drafter = self.target, self.drafter
         stop = stop or Stop(frozenset(target.eos_token_ids))
         clock = Stopwatch(target.device)
-        target_calls, drafter_calls = target.calls, drafter.calls
+        target_calls, drafter_calls, positions = target.calls, drafter.calls, target.positions
         clock.start()
         target.reset()
         drafter.reset()
@@ -113,4 +113,5 @@ class SpeculativeDecoder:
             draft_lengths=draft_lengths,
             accepted=accepted,
             rounds=rounds,
+            positions=target.positions - positions,
         )

@@ -65,6 +65,10 @@ def summarize(
         "nfe_target": target_calls / n,
         "nfe_drafter": drafter_calls / n,
         "tpf": _ratio(new, target_calls + drafter_calls),
+        # positions a target forward reads: the cost a batched verification hides in one call
+        "tokens_per_call": _ratio(sum(r["target_positions"] for r in records), target_calls)
+        if all("target_positions" in r for r in records)
+        else None,
         "ttft_ms": 1000 * mean(r["ttft_s"] for r in records),
         "tpot_ms": _ratio(1000 * sum(r["decode_s"] for r in records), decode_tokens),
         "quality": _quality_means([r["quality"] for r in records]),

@@ -22,6 +22,7 @@ class CausalLM:
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.eos_token_ids = eos_token_ids(model, tokenizer)
         self.calls = 0
+        self.positions = 0
         self.time_forwards = (
             False  # benchmarks switch this on to split model time from harness time
         )
@@ -46,6 +47,7 @@ class CausalLM:
             synchronize(self.device)
             self.forward_s += time.perf_counter() - t0
         self.calls += 1
+        self.positions += len(ids)
         self.length += len(ids)
         return out.logits[0, -keep:].float()
 

@@ -23,7 +23,7 @@ from transformers import (
 from specbench import paths
 from specbench.config import ModelConfig
 from specbench.errors import ConfigError
-from specbench.models.causal import CausalLM
+from specbench.models.causal import CausalLM, eos_token_ids
 from specbench.models.diffusion import ADAPTERS, MaskedDiffusionLM
 from specbench.registry import BUILTIN_MODELS, discover
 
@@ -135,10 +135,13 @@ def load_diffusion_lm(
     )
     if cfg.device_map is None:
         model.to(device)
+    tokenizer = load_tokenizer(cfg, key)
     mask_id = cfg.mask_token_id
     if mask_id is None:
         mask_id = getattr(model.config, "mask_token_id", None)
     if mask_id is None:  # Dream keeps it in its tokenizer
-        mask_id = load_tokenizer(cfg, key).mask_token_id
+        mask_id = tokenizer.mask_token_id
     context = cfg.context_length or max_positions(model.config)
-    return wrapper(model, mask_id, context, cfg.name)
+    lm = wrapper(model, mask_id, context, cfg.name)
+    lm.eos_token_ids = eos_token_ids(model, tokenizer)
+    return lm

@@ -1,0 +1,1 @@
+"""Decoding a diffusion LLM: block-wise semi-autoregressive decoders, spatial policies, PSD."""

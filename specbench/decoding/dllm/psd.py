@@ -1,0 +1,113 @@
+"""PSD: parallel speculative decoding inside a diffusion LLM (Sun et al., arXiv 2605.15609).
+
+Each iteration starts from a state X of the block and the logits of one forward on it:
+1. the spatial policy commits its positions -> D_0 (exactly the vanilla decoder's next state);
+2. drafts D_1 .. D_d: the policy replayed on the same confidences, with the positions already
+   drafted removed, fills the next positions of the confidence ranking with their greedy tokens
+   (with a one-token policy: the next most confident position per depth), no model call;
+3. one batched forward on every draft that still has a mask (all share the prefix);
+4. hierarchical acceptance: D_m is kept if, for every m' <= m, the policy applied to the
+   verifier's logits on D_{m'-1} commits exactly the positions and tokens D_{m'} added; the
+   deepest such D_m becomes the state, and its logits from the batch are the next iteration's
+   forward (so an iteration costs one call).
+Every accepted state is a state the vanilla decoder passes through, so PSD's output equals its
+policy's decoder token for token (up to batched-matmul rounding) and only the calls drop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specbench.decoding.dllm.policies import Policy, check_cache, greedy_confidence
+from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig, Trace, check
+from specbench.decoding.warp import Warp
+from specbench.errors import ConfigError
+from specbench.models.diffusion import MaskedDiffusionLM
+from specbench.registry import MethodSpec, register_method
+
+
+class PSDDecoder(BlockDecoder):
+    def __init__(self, target: MaskedDiffusionLM, cfg: PSDConfig):
+        super().__init__(target, cfg)
+        self.depth = cfg.depth
+
+    def drafts(
+        self, block: torch.Tensor, logits: torch.Tensor, policy: Policy, step: int
+    ) -> list[torch.Tensor]:
+        """D_0 .. D_d from one forward's logits; a draft without masks ends the chain."""
+        mask = self.target.mask_id
+        tokens, conf = greedy_confidence(logits, self.cfg.confidence)
+        chain = [block]
+        for k in range(self.depth + 1):
+            remaining = chain[-1] == mask
+            if not remaining.any():
+                break
+            commit = policy.select(conf, remaining, step + k)
+            chain.append(torch.where(commit, tokens, chain[-1]))
+        return chain[1:]
+
+    def accepted_depth(
+        self, chain: list[torch.Tensor], verified: torch.Tensor, policy: Policy, step: int
+    ) -> int:
+        """The deepest m whose every step is what the policy does on the verifier's output."""
+        mask = self.target.mask_id
+        for m in range(1, len(chain)):
+            tokens, conf = greedy_confidence(verified[m - 1], self.cfg.confidence)
+            want = policy.select(conf, chain[m - 1] == mask, step + m)
+            added = chain[m] != chain[m - 1]
+            if not torch.equal(want, added) or not torch.equal(tokens[want], chain[m][want]):
+                return m - 1
+        return len(chain) - 1
+
+    def decode_block(
+        self, canvas: torch.Tensor, lo: int, hi: int, policy: Policy, trace: Trace
+    ) -> None:
+        mask = self.target.mask_id
+        logits = self.target.canvas_logits(canvas, lo, hi)[0]
+        step = 0
+        while True:
+            chain = self.drafts(canvas[0, lo:hi], logits, policy, step)
+            still_masked = [d for d in chain if (d == mask).any()]  # all but a finished last one
+            if not still_masked:
+                canvas[0, lo:hi] = chain[0]
+                return
+            batch = canvas.expand(len(still_masked), -1).clone()
+            batch[:, lo:hi] = torch.stack(still_masked)
+            verified = self.target.canvas_logits(batch, lo, hi)
+            m = self.accepted_depth(chain, verified, policy, step)
+            trace.depths.append(len(chain) - 1)
+            trace.accepted.append(m)
+            canvas[0, lo:hi] = chain[m]
+            step += m + 1
+            if m == len(still_masked):  # the accepted draft finished the block
+                return
+            logits = verified[m]
+
+
+@dataclass
+class PSDConfig(DLLMConfig):
+    name: str = "psd"
+    depth: int = 3
+
+
+def check_psd(cfg: PSDConfig, warp: Warp) -> None:
+    check(cfg, warp)
+    if cfg.depth < 0:
+        raise ConfigError("method.depth", cfg.depth, "must be >= 0 (0 = the policy's decoder)")
+
+
+register_method(
+    MethodSpec(
+        name="psd",
+        config=PSDConfig,
+        build=lambda cfg, target, drafter, warp: PSDDecoder(target, cfg),
+        needs_drafter=False,
+        target_kind="diffusion",
+        # what speculation buys at a fixed schedule: the same policy, decoded step by step
+        baseline=lambda cfg, target, warp: BlockDecoder(target, cfg),
+        check=check_psd,
+        check_target=check_cache,
+    )
+)

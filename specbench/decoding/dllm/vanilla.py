@@ -1,0 +1,143 @@
+"""Block-wise semi-autoregressive decoding of a diffusion LLM (LLaDA's `generate`, Fast-dLLM's
+policies), and the method `dllm` that runs it.
+
+The canvas is the prompt followed by `max_new_tokens` masks, cut into blocks of `block_length`
+(the last one may be shorter). Blocks are decoded left to right; inside one, every step is one
+forward and the spatial policy commits some masked positions to their greedy tokens; committed
+tokens never change. Decoding stops after the block in which a stop token or string appears;
+the output is the canvas up to and including it. Time to first token is the time to the first
+finished block. Greedy only: the policies rank greedy tokens by confidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from specbench.decoding.dllm.policies import (
+    Policy,
+    SpatialConfig,
+    check_cache,
+    check_spatial,
+    greedy_confidence,
+    make_policy,
+    one_token_per_step,
+)
+from specbench.decoding.generation import Generation, Stop
+from specbench.decoding.warp import Warp
+from specbench.errors import ConfigError
+from specbench.metrics.speed import Stopwatch
+from specbench.models.diffusion import MaskedDiffusionLM
+from specbench.registry import MethodSpec, register_method
+
+
+@dataclass
+class Trace:
+    """Counters a block decoder fills in (PSD: drafts proposed and accepted per iteration)."""
+
+    depths: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+
+
+class BlockDecoder:
+    """The vanilla decoder of a diffusion LLM under a spatial policy."""
+
+    def __init__(self, target: MaskedDiffusionLM, cfg: SpatialConfig):
+        self.target, self.cfg = target, cfg
+        target.prefix_cache = cfg.prefix_cache
+
+    def steps_per_block(self, max_new_tokens: int) -> int:
+        if self.cfg.steps is None:
+            return self.cfg.block_length
+        blocks = -(-max_new_tokens // self.cfg.block_length)
+        return max(1, self.cfg.steps // blocks)
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        generator: torch.Generator,
+        stop: Stop | None = None,
+    ) -> Generation:
+        target = self.target
+        stop = stop or Stop(frozenset(target.eos_token_ids))
+        policy = make_policy(self.cfg, self.steps_per_block(max_new_tokens))
+        clock = Stopwatch(target.device)
+        calls, positions, trace = target.calls, target.positions, Trace()
+        clock.start()
+        target.reset()
+        start = len(prompt_ids)
+        canvas = torch.tensor(
+            [prompt_ids + [target.mask_id] * max_new_tokens], device=target.device
+        )
+        end = None
+        for lo in range(start, start + max_new_tokens, self.cfg.block_length):
+            hi = min(lo + self.cfg.block_length, start + max_new_tokens)
+            self.decode_block(canvas, lo, hi, policy, trace)
+            clock.first_token()
+            end = stop.first(canvas[0, start:hi].tolist(), lo - start)
+            if end is not None:
+                break
+        tokens = canvas[0, start:hi].tolist()
+        return Generation(
+            tokens=tokens if end is None else tokens[: end + 1],
+            wall_s=clock.elapsed(),
+            ttft_s=clock.ttft_s,
+            target_calls=target.calls - calls,
+            draft_lengths=trace.depths,
+            accepted=trace.accepted,
+            positions=target.positions - positions,
+        )
+
+    def decode_block(
+        self, canvas: torch.Tensor, lo: int, hi: int, policy: Policy, trace: Trace
+    ) -> None:
+        """One forward per step until the block has no mask left."""
+        block = canvas[0, lo:hi]  # a view: committing writes into the canvas
+        for step in range(hi - lo):
+            logits = self.target.canvas_logits(canvas, lo, hi)[0]
+            tokens, conf = greedy_confidence(logits, self.cfg.confidence)
+            commit = policy.select(conf, block == self.target.mask_id, step)
+            block[commit] = tokens[commit]
+            if not (block == self.target.mask_id).any():
+                return
+
+
+@dataclass
+class DLLMConfig(SpatialConfig):
+    name: str = "dllm"
+
+
+def check(cfg: SpatialConfig, warp: Warp) -> None:
+    check_spatial(cfg)
+    if not warp.greedy:
+        raise ConfigError(
+            "run.temperature",
+            warp.temperature,
+            "diffusion-LLM decoders here are greedy; allowed: 0",
+        )
+
+
+def vanilla(cfg: SpatialConfig, target: MaskedDiffusionLM) -> BlockDecoder:
+    """The baseline of `dllm`: one token per step (LLaDA with steps = gen length), under the
+    same block length, confidence and cache, so the speedup is what the policy buys."""
+    one = DLLMConfig(
+        block_length=cfg.block_length, confidence=cfg.confidence, prefix_cache=cfg.prefix_cache
+    )
+    return BlockDecoder(target, one)
+
+
+register_method(
+    MethodSpec(
+        name="dllm",
+        config=DLLMConfig,
+        build=lambda cfg, target, drafter, warp: BlockDecoder(target, cfg),
+        needs_drafter=False,
+        target_kind="diffusion",
+        baseline=lambda cfg, target, warp: vanilla(cfg, target),
+        check=check,
+        check_target=check_cache,
+        lossless=lambda cfg, warp: one_token_per_step(cfg),
+    )
+)

@@ -1,0 +1,325 @@
+"""Diffusion-LLM decoding and PSD: PSD at depth 0 is its policy's decoder; with a one-token policy
+(and with the threshold policy) PSD's tokens equal the vanilla decoder's at every depth; call
+counts are exact on scripted models; the policies follow their definitions; the LLaDA and Dream
+adapters read random-init models with their interfaces; runs end to end with honest records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from conftest import compose_cfg
+from specbench import paths
+from specbench.config import ModelConfig
+from specbench.decoding.dllm.policies import (
+    Dynamic,
+    LocalLeap,
+    Quota,
+    SpatialConfig,
+    Threshold,
+    greedy_confidence,
+)
+from specbench.decoding.dllm.psd import PSDConfig, PSDDecoder
+from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig
+from specbench.decoding.generation import Stop
+from specbench.errors import ConfigError
+from specbench.models.diffusion import MaskedDiffusionLM
+from specbench.models.loading import load_diffusion_lm
+from specbench.run import execute, prepare
+
+CPU = torch.device("cpu")
+MASK, VOCAB = 0, 16
+
+
+def load(name: str, adapter: str) -> MaskedDiffusionLM:
+    cfg = ModelConfig(
+        name=name, name_or_path=f"specbench:{name}", kind="diffusion", adapter=adapter
+    )
+    return load_diffusion_lm(cfg, "target", CPU, "float32")
+
+
+@pytest.fixture(scope="module")
+def world() -> tuple[MaskedDiffusionLM, list[list[int]]]:
+    tokenizer = AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")
+    rows = [json.loads(line) for line in (paths.TINY_DIR / "tiny_code.jsonl").open()]
+    return load("tiny-dlm", "tiny"), [tokenizer(r["prompt"])["input_ids"] for r in rows]
+
+
+def tokens(decoder: BlockDecoder, prompt: list[int], n: int) -> list[int]:
+    return decoder.generate(prompt, n, torch.Generator(), Stop(frozenset())).tokens
+
+
+POLICIES = [
+    SpatialConfig(block_length=8),
+    SpatialConfig(block_length=16, steps=32, schedule="dream", confidence="entropy"),
+    SpatialConfig(policy="threshold", threshold=0.3, prefix_cache=True),
+    SpatialConfig(policy="dynamic", factor=2.0, block_length=16),
+    SpatialConfig(policy="localleap", threshold=0.4, relaxed_threshold=0.1, window=2),
+]
+
+
+@pytest.mark.parametrize("cfg", POLICIES, ids=lambda c: f"{c.policy}-{c.block_length}")
+def test_psd_at_depth_zero_is_its_policys_decoder(world, cfg) -> None:
+    dlm, prompts = world
+    vanilla = BlockDecoder(dlm, DLLMConfig(**vars(cfg)))
+    psd = PSDDecoder(dlm, PSDConfig(**vars(cfg), depth=0))
+    for prompt in prompts[:8]:
+        calls = dlm.calls
+        want = tokens(vanilla, prompt, 48)
+        vanilla_calls, calls = dlm.calls - calls, dlm.calls
+        assert tokens(psd, prompt, 48) == want
+        assert dlm.calls - calls == vanilla_calls
+
+
+@pytest.mark.parametrize("depth", [1, 3, 5, 7])
+@pytest.mark.parametrize(
+    "cfg",
+    [SpatialConfig(block_length=32, prefix_cache=True), POLICIES[2], POLICIES[4]],
+    ids=["one-token", "threshold", "localleap"],
+)
+def test_psd_equals_the_vanilla_decoder_at_every_depth(world, cfg, depth) -> None:
+    dlm, prompts = world
+    vanilla = BlockDecoder(dlm, DLLMConfig(**vars(cfg)))
+    psd = PSDDecoder(dlm, PSDConfig(**vars(cfg), depth=depth))
+    fewer = 0
+    for prompt in prompts[:8]:
+        calls = dlm.calls
+        want = tokens(vanilla, prompt, 64)
+        vanilla_calls, calls = dlm.calls - calls, dlm.calls
+        got = psd.generate(prompt, 64, torch.Generator(), Stop(frozenset()))
+        assert got.tokens == want
+        assert got.target_calls == dlm.calls - calls <= vanilla_calls
+        # an accepted step saves the forward vanilla spends on it, except a step that finishes
+        # a block: neither decoder runs a forward after a block's last step
+        saved = vanilla_calls - got.target_calls
+        assert sum(got.accepted) - -(-64 // cfg.block_length) <= saved <= sum(got.accepted)
+        fewer += got.target_calls < vanilla_calls
+    assert fewer > 0  # the drafts are accepted somewhere: speculation is exercised
+
+
+class Scripted(MaskedDiffusionLM):
+    """A fake diffusion LM: position j's greedy token is `token(j, committed)` with confidence
+    falling from left to right; `drifting` makes a token depend on how much of the block is
+    committed, so every draft built from a stale forward is wrong."""
+
+    def __init__(self, drifting: bool):
+        self.mask_id, self.vocab_size, self.device = MASK, VOCAB, CPU
+        self.eos_token_ids, self.prefix_cache, self.drifting = set(), False, drifting
+        self.calls, self.positions, self.rows = 0, 0, []
+
+    def reset(self) -> None:
+        pass
+
+    def _canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+        self.rows.append(canvas.shape[0])
+        logits = torch.full((canvas.shape[0], hi - lo, VOCAB), -10.0)
+        for b in range(canvas.shape[0]):
+            committed = int((canvas[b, lo:hi] != MASK).sum()) if self.drifting else 0
+            for j in range(hi - lo):
+                logits[b, j, 1 + (j + committed) % (VOCAB - 1)] = 5.0 - 0.1 * j
+        return logits
+
+
+@pytest.mark.parametrize(
+    "depth, calls_per_block",
+    # block of 8, one token per step. Depth d: the block's first forward, then one batched
+    # forward per iteration (1 + d tokens each) except when the policy's own step finishes it.
+    [(0, 8), (1, 1 + 4), (2, 1 + 3), (3, 1 + 2), (6, 1 + 2 - 1), (7, 1 + 1)],
+)
+def test_psd_call_counts_are_exact_on_a_scripted_model(depth, calls_per_block) -> None:
+    fake = Scripted(drifting=False)
+    got = PSDDecoder(fake, PSDConfig(block_length=8, depth=depth)).generate(
+        [5, 6], 16, torch.Generator(), Stop(frozenset())
+    )
+    assert got.target_calls == fake.calls == 2 * calls_per_block
+    assert got.tokens == [1 + j % (VOCAB - 1) for j in range(8)] * 2
+    assert max(fake.rows) == min(depth + 1, 7)  # the verification batch: D_0 .. D_d with a mask
+
+
+def test_psd_falls_back_to_one_step_per_call_when_every_draft_is_wrong() -> None:
+    fake = Scripted(drifting=True)
+    vanilla = BlockDecoder(fake, DLLMConfig(block_length=8)).generate(
+        [5], 16, torch.Generator(), Stop(frozenset())
+    )
+    fake.calls = 0
+    got = PSDDecoder(fake, PSDConfig(block_length=8, depth=3)).generate(
+        [5], 16, torch.Generator(), Stop(frozenset())
+    )
+    assert got.tokens == vanilla.tokens
+    assert got.target_calls == vanilla.target_calls == 16
+    assert set(got.accepted) == {0}
+
+
+def test_decoding_stops_after_the_block_with_a_stop_token() -> None:
+    fake = Scripted(drifting=False)
+    got = BlockDecoder(fake, DLLMConfig(block_length=8)).generate(
+        [5], 32, torch.Generator(), Stop(frozenset({6}))
+    )
+    assert got.tokens == [1, 2, 3, 4, 5, 6]  # kept up to the stop token, which is kept
+    assert got.target_calls == 8  # the first block is finished, no later block is started
+
+
+def test_quota_schedules_reveal_the_whole_block() -> None:
+    conf = torch.linspace(1, 0.1, 10)
+    llada = Quota(steps=4, schedule="llada")
+    assert [llada.count(10, 10, s) for s in range(3)] == [3, 3, 2]  # remainder to the earliest
+    for schedule in ("llada", "dream"):
+        quota, masked, step = Quota(steps=4, schedule=schedule), torch.ones(10, dtype=torch.bool), 0
+        while masked.any():
+            commit = quota.select(conf, masked, step)
+            assert commit.sum() >= 1 and not (commit & ~masked).any()
+            assert commit.nonzero()[0, 0] == (~masked).sum()  # most confident first
+            masked &= ~commit
+            step += 1
+        assert step <= 4
+
+
+def test_threshold_dynamic_and_localleap_follow_their_definitions() -> None:
+    conf = torch.tensor([0.2, 0.95, 0.5, 0.92, 0.1, 0.85, 0.6, 0.3], dtype=torch.float64)
+    masked = torch.ones(8, dtype=torch.bool)
+    masked[3] = False
+
+    def chosen(mask: torch.Tensor) -> list[int]:
+        return mask.nonzero()[:, 0].tolist()
+
+    assert chosen(Threshold(0.9).select(conf, masked, 0)) == [1]
+    assert chosen(Threshold(0.99).select(conf, masked, 0)) == [1]  # always the most confident
+    # ranked 0.95, 0.85, 0.6: needs >= 1 - 1/2, 1 - 1/3, 1 - 1/4 -> the first two pass
+    assert chosen(Dynamic(1.0).select(conf, masked, 0)) == [1, 5]
+    # anchor 1 (>= 0.9; 3 is committed); within 2 of it and >= 0.4: position 2
+    assert chosen(LocalLeap(0.9, 0.4, 2).select(conf, masked, 0)) == [1, 2]
+    assert chosen(LocalLeap(0.99, 0.4, 2).select(conf, masked, 0)) == [1]  # no anchor: top-1
+
+
+def test_confidences_are_dreams_three_scores() -> None:
+    logits = torch.tensor([[2.0, 1.0, 0.0]])
+    probs = logits.softmax(-1).double()
+    token, top1 = greedy_confidence(logits, "maskgit_plus")
+    assert token.item() == 0 and top1.item() == pytest.approx(probs[0, 0].item())
+    _, margin = greedy_confidence(logits, "topk_margin")
+    assert margin.item() == pytest.approx((probs[0, 0] - probs[0, 1]).item())
+    _, neg_entropy = greedy_confidence(logits, "entropy")
+    assert neg_entropy.item() == pytest.approx((probs * probs.log()).sum().item())
+
+
+def test_llada_adapter_reads_its_own_row_with_the_config_mask() -> None:
+    llada = load("random-llada", "llada")
+    tokenizer = AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")
+    assert llada.mask_id == llada.model.config.mask_token_id == tokenizer.mask_token_id
+    canvas = torch.tensor([[5, 6, 7, 8] + [llada.mask_id] * 8])
+    got = llada.canvas_logits(canvas, 4, 8)
+    raw = llada.model(canvas).logits[:, 4:8]
+    assert torch.isinf(got[..., llada.mask_id]).all()
+    keep = torch.arange(llada.vocab_size) != llada.mask_id
+    assert torch.equal(got[..., keep], raw[..., keep])
+
+
+def test_llada_prefix_cache_is_fast_dllms_stale_prefix() -> None:
+    llada = load("random-llada", "llada")
+    llada.prefix_cache = True
+    canvas = torch.tensor([[5, 6, 7, 8] + [llada.mask_id] * 8])
+    keep = torch.arange(llada.vocab_size) != llada.mask_id
+    first = llada.canvas_logits(canvas, 4, 8)  # a block's first forward reads the whole canvas
+    assert torch.equal(first[..., keep], llada.model(canvas).logits[:, 4:8][..., keep])
+    stale = llada.model(canvas, use_cache=True).past_key_values
+    later = canvas.clone().repeat(2, 1)
+    later[0, 4], later[1, 5] = 9, 10  # the block changes under the cached prefix
+    got = llada.canvas_logits(later, 4, 8)
+    past = [
+        (k[:, :, :4].expand(2, -1, -1, -1), v[:, :, :4].expand(2, -1, -1, -1)) for k, v in stale
+    ]
+    want = llada.model(later[:, 4:], past_key_values=past).logits[:, :4]
+    assert torch.allclose(got[..., keep], want[..., keep], atol=1e-5)
+    fresh = llada.model(later).logits[:, 4:8]
+    assert not torch.allclose(got[..., keep], fresh[..., keep], atol=1e-5)  # approximate
+    assert llada.approximate_cache
+
+
+def test_dream_adapter_reads_the_row_before_with_the_tokenizer_mask() -> None:
+    dream = load("random-dream", "dream")
+    assert dream.mask_id == AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny").mask_token_id
+    canvas = torch.tensor([[5, 6, 7, 8] + [dream.mask_id] * 8])
+    got = dream.canvas_logits(canvas, 4, 8)
+    raw = dream.model(canvas).logits[:, 3:7]
+    keep = torch.arange(dream.vocab_size) != dream.mask_id
+    assert torch.equal(got[..., keep], raw[..., keep])
+
+
+def test_tiny_prefix_cache_is_exact_and_batch_rows_match_single_rows(world) -> None:
+    dlm, prompts = world
+    block = torch.tensor([prompts[0][-3:] + [dlm.mask_id] * 5, [dlm.mask_id] * 8])
+    canvas = torch.tensor([prompts[0]] * 2)
+    canvas = torch.cat([canvas, block], dim=1)
+    lo = len(prompts[0])
+    dlm.prefix_cache = False
+    dlm.reset()
+    uncached = dlm.canvas_logits(canvas, lo, lo + 8)
+    dlm.prefix_cache = True
+    dlm.reset()
+    dlm.canvas_logits(canvas[:1], lo, lo + 8)  # fills the cache
+    cached = dlm.canvas_logits(canvas, lo, lo + 8)
+    single = torch.cat([dlm.canvas_logits(canvas[i : i + 1], lo, lo + 8) for i in range(2)])
+    assert not dlm.approximate_cache
+    assert torch.allclose(cached, uncached, atol=1e-4)
+    assert torch.allclose(cached, single, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "target, method, extra",
+    [
+        ("random-llada", "psd", ["method.prefix_cache=true", "method.policy=quota"]),
+        ("random-dream", "dllm", ["method.policy=threshold", "method.threshold=0.5"]),
+        ("tiny-dlm", "psd", ["method.depth=5", "method.block_length=8"]),
+    ],
+)
+def test_runs_end_to_end_on_diffusion_targets(tmp_path, target, method, extra) -> None:
+    cfg = compose_cfg(
+        f"target={target}",
+        "drafter=none",
+        f"method={method}",
+        "run.limit=3",
+        "run.max_new_tokens=24",
+        f"run.results_dir={tmp_path}",
+        *extra,
+    )
+    summary = execute(prepare(cfg))
+    records = [json.loads(line) for line in next(tmp_path.rglob("records.jsonl")).open()]
+    assert summary["n_samples"] == 3 and len(records) == 3
+    cache = "method.prefix_cache=true" in extra
+    assert all(r["approximate_cache"] == cache for r in records)
+    assert summary["tpf"] == pytest.approx(
+        sum(r["new_tokens"] for r in records) / sum(r["target_calls"] for r in records)
+    )
+    assert summary["tokens_per_call"] >= 8
+    if method == "psd":  # lossless against its policy's own decoder
+        assert summary["lossless"] and summary["lossless_rate"] == 1.0
+    else:  # a threshold policy against one token per step: labelled lossy
+        assert not summary["lossless"] and all(r["lossy"] for r in records)
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["target=random-dream", "method=psd", "method.prefix_cache=true"], "method.prefix_cache"),
+        (
+            [
+                "target=tiny-dlm",
+                "method=dllm",
+                "method.policy=threshold",
+                "method.confidence=entropy",
+            ],
+            "method.confidence",
+        ),
+        (["target=tiny-dlm", "method=psd", "run.temperature=0.7"], "run.temperature"),
+        (["target=tiny-dlm", "method=psd", "method.depth=-1"], "method.depth"),
+        (["target=tiny", "method=psd"], "target.kind"),
+        (["target=tiny-dlm", "method=sps"], "target.kind"),
+    ],
+)
+def test_bad_diffusion_configs_fail_before_loading(overrides, key) -> None:
+    with pytest.raises(ConfigError) as err:
+        prepare(compose_cfg(*overrides))
+    assert err.value.key == key
