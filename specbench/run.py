@@ -307,6 +307,7 @@ def _row(name: str, summary: dict[str, Any]) -> list[str]:
         _fmt(summary.get("tau"), ".2f"),
         _fmt(summary.get("acceptance_rate"), ".2f"),
         _fmt(summary.get("tpf"), ".2f"),
+        _fmt(summary.get("tokens_per_call"), ".1f"),
         _fmt(summary.get("ttft_ms"), ".1f"),
         _fmt(summary.get("lossless_rate"), ".2f"),
     ]
@@ -316,7 +317,8 @@ def print_summary(summary: dict[str, Any], run_dir: Any) -> None:
     """One row for the run, one per category when the task has them, and each quality
     metric beside the baseline's on the same samples."""
     table = Table(title=summary["run_id"])
-    columns = ("", "n", "speedup", "tok/s", "base tok/s", "tau", "accept", "tpf", "ttft ms")
+    columns = ("", "n", "speedup", "tok/s", "base tok/s", "tau", "accept", "tpf", "pos/call")
+    columns = (*columns, "ttft ms")
     for col in (*columns, "lossless"):
         table.add_column(col, justify="right")
     table.add_row(*_row("all", summary))

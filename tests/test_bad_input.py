@@ -165,10 +165,10 @@ def test_truncate_left_keeps_the_end_of_a_long_prompt(tmp_path: Path) -> None:
             "[1, k_max]",
         ),
         (
-            ["method=specdiff", "drafter=tiny-dlm", "drafter.adapter=llada"],
+            ["method=specdiff", "drafter=tiny-dlm", "drafter.adapter=bert"],
             "drafter.adapter",
-            "llada",
-            "tiny, mdlm, dream",
+            "bert",
+            "tiny, mdlm, dream, llada",
         ),
     ],
 )

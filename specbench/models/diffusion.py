@@ -192,9 +192,16 @@ class DreamDiffusionLM(MaskedDiffusionLM):
 
 
 class LLaDADiffusionLM(MaskedDiffusionLM):
-    """Decoded model only (LLaDA is not used as a drafter for an AR target here)."""
-
     supports_prefix_cache = True
+
+    @torch.inference_mode()
+    def block_logits(self, block: list[int], subs: bool = True) -> torch.Tensor:
+        ids = self._tensor(self.prefix + block)
+        self.calls += 1
+        logits = self.model(ids).logits[0, len(self.prefix) :].float()
+        if subs:
+            logits = subs_parameterise(logits, ids[0, len(self.prefix) :], self.mask_id)
+        return logits
 
     def reset(self) -> None:
         super().reset()

@@ -135,13 +135,16 @@ def load_diffusion_lm(
     )
     if cfg.device_map is None:
         model.to(device)
-    tokenizer = load_tokenizer(cfg, key)
     mask_id = cfg.mask_token_id
     if mask_id is None:
         mask_id = getattr(model.config, "mask_token_id", None)
-    if mask_id is None:  # Dream keeps it in its tokenizer
+    # a decoded model stops at its tokenizer's EOS; a drafter needs the tokenizer only when the
+    # mask id lives there (Dream)
+    tokenizer = load_tokenizer(cfg, key) if key == "target" or mask_id is None else None
+    if mask_id is None:
         mask_id = tokenizer.mask_token_id
     context = cfg.context_length or max_positions(model.config)
     lm = wrapper(model, mask_id, context, cfg.name)
-    lm.eos_token_ids = eos_token_ids(model, tokenizer)
+    if tokenizer is not None:
+        lm.eos_token_ids = eos_token_ids(model, tokenizer)
     return lm

@@ -11,7 +11,21 @@ import yaml
 
 from specbench.registry import TASKS, discover
 
-KNOBS = ("gamma", "steps", "rule", "leniency", "q_source", "schedule", "cps", "adl", "k")
+KNOBS = (
+    "gamma",
+    "steps",
+    "rule",
+    "leniency",
+    "q_source",
+    "schedule",
+    "cps",
+    "adl",
+    "k",
+    "policy",
+    "depth",
+    "block_length",
+    "threshold",
+)
 
 
 def read_run(run_dir: Path) -> dict:
@@ -30,7 +44,16 @@ def read_run(run_dir: Path) -> dict:
         "env": summary["env"].split(" | config ")[0],  # the machine, not the cell
     }
     row.update({k: config["method"].get(k) for k in KNOBS})
-    for key in ("n_samples", "speedup", "tau", "acceptance_rate", "tpf", "tok_s", "lossless_rate"):
+    for key in (
+        "n_samples",
+        "speedup",
+        "tau",
+        "acceptance_rate",
+        "tpf",
+        "tokens_per_call",
+        "tok_s",
+        "lossless_rate",
+    ):
         row[key] = summary.get(key)
     row.update({f"quality.{k}": v for k, v in summary.get("quality", {}).items()})
     row.update({f"baseline.{k}": v for k, v in summary.get("baseline_quality", {}).items()})
@@ -49,6 +72,10 @@ def cell_label(row: dict) -> str:
             parts.append(f"{names[knob]}{row[knob]}")
     if row.get("rule") not in (None, "auto", "greedy", "rejection"):
         parts.append(f"{row['rule']}{row['leniency']:g}")
+    if row.get("policy") is not None:  # diffusion-LLM decoders
+        parts.append(f"{row['policy']} b{row['block_length']}")
+        if row.get("depth") is not None:
+            parts.append(f"d{row['depth']}")
     if row.get("cps") is not None:  # DiffuSpec
         parts.append("+".join(n for n in ("cps", "adl") if row[n]) or "one-pass")
         if not row["adl"]:
