@@ -153,13 +153,19 @@ def test_psd_falls_back_to_one_step_per_call_when_every_draft_is_wrong() -> None
     assert set(got.accepted) == {0}
 
 
-def test_decoding_stops_after_the_block_with_a_stop_token() -> None:
+@pytest.mark.parametrize("depth", [None, 0, 2])
+def test_decoding_stops_once_everything_up_to_a_stop_token_is_committed(depth) -> None:
     fake = Scripted(drifting=False)
-    got = BlockDecoder(fake, DLLMConfig(block_length=8)).generate(
-        [5], 32, torch.Generator(), Stop(frozenset({6}))
+    decoder = (
+        BlockDecoder(fake, DLLMConfig(block_length=8))
+        if depth is None
+        else PSDDecoder(fake, PSDConfig(block_length=8, depth=depth))
     )
+    got = decoder.generate([5], 32, torch.Generator(), Stop(frozenset({6})))
     assert got.tokens == [1, 2, 3, 4, 5, 6]  # kept up to the stop token, which is kept
-    assert got.target_calls == 8  # the first block is finished, no later block is started
+    # left to right, one token per step: the sixth step commits the stop; with drafts of depth
+    # 2, the second batched forward verifies it (1 + 1 + 1 steps per iteration after the first)
+    assert got.target_calls == {None: 6, 0: 6, 2: 3}[depth]
 
 
 def test_quota_schedules_reveal_the_whole_block() -> None:

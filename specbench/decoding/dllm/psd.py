@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from specbench.decoding.dllm.policies import Policy, check_cache, greedy_confidence
-from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig, Trace, check
+from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig, StopScan, Trace, check
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
 from specbench.models.diffusion import MaskedDiffusionLM
@@ -62,17 +62,17 @@ class PSDDecoder(BlockDecoder):
         return len(chain) - 1
 
     def decode_block(
-        self, canvas: torch.Tensor, lo: int, hi: int, policy: Policy, trace: Trace
+        self, canvas: torch.Tensor, lo: int, hi: int, policy: Policy, trace: Trace, scan: StopScan
     ) -> None:
         mask = self.target.mask_id
         logits = self.target.canvas_logits(canvas, lo, hi)[0]
         step = 0
         while True:
             chain = self.drafts(canvas[0, lo:hi], logits, policy, step)
-            still_masked = [d for d in chain if (d == mask).any()]  # all but a finished last one
-            if not still_masked:
-                canvas[0, lo:hi] = chain[0]
+            canvas[0, lo:hi] = chain[0]  # the policy's own step on a verified forward: taken
+            if not (chain[0] == mask).any() or scan(canvas):
                 return
+            still_masked = [d for d in chain if (d == mask).any()]  # all but a finished last one
             batch = canvas.expand(len(still_masked), -1).clone()
             batch[:, lo:hi] = torch.stack(still_masked)
             verified = self.target.canvas_logits(batch, lo, hi)
@@ -81,7 +81,7 @@ class PSDDecoder(BlockDecoder):
             trace.accepted.append(m)
             canvas[0, lo:hi] = chain[m]
             step += m + 1
-            if m == len(still_masked):  # the accepted draft finished the block
+            if m == len(still_masked) or scan(canvas):  # the block, or the output, is finished
                 return
             logits = verified[m]
 

@@ -4,9 +4,10 @@ policies), and the method `dllm` that runs it.
 The canvas is the prompt followed by `max_new_tokens` masks, cut into blocks of `block_length`
 (the last one may be shorter). Blocks are decoded left to right; inside one, every step is one
 forward and the spatial policy commits some masked positions to their greedy tokens; committed
-tokens never change. Decoding stops after the block in which a stop token or string appears;
-the output is the canvas up to and including it. Time to first token is the time to the first
-finished block. Greedy only: the policies rank greedy tokens by confidence.
+tokens never change. Decoding stops as soon as every position up to a stop token or string is
+committed (what follows cannot change the output, which is the canvas up to and including the
+stop). Time to first token is the time to the first finished block. Greedy only: the policies
+rank greedy tokens by confidence.
 """
 
 from __future__ import annotations
@@ -30,6 +31,26 @@ from specbench.errors import ConfigError
 from specbench.metrics.speed import Stopwatch
 from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.registry import MethodSpec, register_method
+
+
+@dataclass
+class StopScan:
+    """Watches the run of committed positions at the start of the generation region for a stop;
+    each position is checked once, as it joins the run."""
+
+    stop: Stop
+    start: int
+    mask_id: int
+    seen: int = 0
+    end: int | None = None  # index of the stop token in the generation, once found
+
+    def __call__(self, canvas: torch.Tensor) -> bool:
+        row = canvas[0, self.start :]
+        run = int((row != self.mask_id).long().cumprod(0).sum())
+        if self.end is None and run > self.seen:
+            self.end = self.stop.first(row[:run].tolist(), self.seen)
+            self.seen = run
+        return self.end is not None
 
 
 @dataclass
@@ -71,17 +92,16 @@ class BlockDecoder:
         canvas = torch.tensor(
             [prompt_ids + [target.mask_id] * max_new_tokens], device=target.device
         )
-        end = None
+        scan = StopScan(stop, start, target.mask_id)
         for lo in range(start, start + max_new_tokens, self.cfg.block_length):
             hi = min(lo + self.cfg.block_length, start + max_new_tokens)
-            self.decode_block(canvas, lo, hi, policy, trace)
+            self.decode_block(canvas, lo, hi, policy, trace, scan)
             clock.first_token()
-            end = stop.first(canvas[0, start:hi].tolist(), lo - start)
-            if end is not None:
+            if scan.end is not None:
                 break
         tokens = canvas[0, start:hi].tolist()
         return Generation(
-            tokens=tokens if end is None else tokens[: end + 1],
+            tokens=tokens if scan.end is None else tokens[: scan.end + 1],
             wall_s=clock.elapsed(),
             ttft_s=clock.ttft_s,
             target_calls=target.calls - calls,
@@ -91,16 +111,16 @@ class BlockDecoder:
         )
 
     def decode_block(
-        self, canvas: torch.Tensor, lo: int, hi: int, policy: Policy, trace: Trace
+        self, canvas: torch.Tensor, lo: int, hi: int, policy: Policy, trace: Trace, scan: StopScan
     ) -> None:
-        """One forward per step until the block has no mask left."""
+        """One forward per step until the block has no mask left or the output is complete."""
         block = canvas[0, lo:hi]  # a view: committing writes into the canvas
         for step in range(hi - lo):
             logits = self.target.canvas_logits(canvas, lo, hi)[0]
             tokens, conf = greedy_confidence(logits, self.cfg.confidence)
             commit = policy.select(conf, block == self.target.mask_id, step)
             block[commit] = tokens[commit]
-            if not (block == self.target.mask_id).any():
+            if not (block == self.target.mask_id).any() or scan(canvas):
                 return
 
 
