@@ -14,7 +14,7 @@ import yaml
 from specbench import paths
 from specbench.metrics.summary import summarize
 from specbench.report import figures, leaderboard
-from specbench.report.load import load_runs
+from specbench.report.load import KNOBS, load_runs
 from specbench.report.pareto import pareto_front
 
 
@@ -48,9 +48,7 @@ def record(i: int, tokens: int, wall: float, calls: int, base_wall: float, nll: 
 
 
 def write_run(root: Path, cell: dict, records: list[dict], task: str = "tiny_code") -> None:
-    method = {
-        k: cell[k] for k in ("gamma", "steps", "rule", "leniency", "cps", "adl", "k") if k in cell
-    }
+    method = {k: cell[k] for k in KNOBS if k in cell}
     run_id = "-".join(f"{k}{v}" for k, v in sorted(cell.items()))
     run_dir = root / cell.get("experiment", "adhoc") / run_id
     run_dir.mkdir(parents=True)

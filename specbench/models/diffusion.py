@@ -42,6 +42,9 @@ class MaskedDiffusionLM:
     # whether `prefix_cache` is available, and whether its logits equal uncached ones
     supports_prefix_cache = False
     exact_prefix_cache = False
+    # whether `tree_logits` reads the drafts in one sequence under a custom attention mask
+    # (otherwise as batch rows of one forward, the same logits in exact arithmetic)
+    tree_attention = False
 
     def __init__(self, model: PreTrainedModel, mask_id: int, context: int | None, name: str):
         self.model = model.eval()
@@ -51,6 +54,7 @@ class MaskedDiffusionLM:
         self.device = model.get_input_embeddings().weight.device
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.eos_token_ids: set[int] = set()  # set by the loader from the tokenizer
+        self.tokenizer = None  # set by the loader for a decoded model
         self.prefix_cache = False
         self.calls = 0
         self.positions = 0
@@ -83,12 +87,34 @@ class MaskedDiffusionLM:
         """float32 [B, hi - lo, V] logits of positions lo..hi-1 of each canvas row ([B, L] ids;
         rows equal before `lo`), one forward; the mask token gets no mass."""
         self.calls += 1
-        logits = self._canvas_logits(canvas, lo, hi)[..., : self.vocab_size].float()
+        return self._no_mask(self._canvas_logits(canvas, lo, hi))
+
+    @torch.inference_mode()
+    def tree_logits(
+        self, canvas: torch.Tensor, lo: int, hi: int, drafts: torch.Tensor
+    ) -> torch.Tensor:
+        """[1 + D, hi - lo, V]: the logits of the real block (canvas row 0) and of each draft
+        block ([D, hi - lo] ids replacing it), one forward. A draft sees the real context but
+        not the real block; the real tokens never see a draft."""
+        if self.tree_attention:
+            self.calls += 1
+            return self._no_mask(self._tree_logits(canvas, lo, hi, drafts))
+        batch = canvas.expand(1 + len(drafts), -1).clone()
+        batch[1:, lo:hi] = drafts
+        return self.canvas_logits(batch, lo, hi)
+
+    def _no_mask(self, logits: torch.Tensor) -> torch.Tensor:
+        logits = logits[..., : self.vocab_size].float()
         logits[..., self.mask_id] = float("-inf")
         return logits
 
     def _canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} cannot be a decoded model")
+
+    def _tree_logits(
+        self, canvas: torch.Tensor, lo: int, hi: int, drafts: torch.Tensor
+    ) -> torch.Tensor:
+        raise NotImplementedError
 
     def _tensor(self, ids: list[int]) -> torch.Tensor:
         return torch.tensor([ids], dtype=torch.long, device=self.device)
@@ -97,6 +123,7 @@ class MaskedDiffusionLM:
 class TinyDiffusionLM(MaskedDiffusionLM):
     supports_prefix_cache = True
     exact_prefix_cache = True
+    tree_attention = True
 
     def reset(self) -> None:
         super().reset()
@@ -153,6 +180,56 @@ class TinyDiffusionLM(MaskedDiffusionLM):
         kept = [(k[:1], v[:1]) for k, v in out.cache.kv]
         self.cache, self.cached = PrefixCache(kv=kept, last=out.cache.last[:1]), list(self.prefix)
         return out.logits[:, len(pending) :].float()
+
+    def _tree_logits(
+        self, canvas: torch.Tensor, lo: int, hi: int, drafts: torch.Tensor
+    ) -> torch.Tensor:
+        """One sequence: the prefix tokens not yet cached, the real block, then every draft
+        block at the real block's positions, under `tree_mask`. Each block's first position
+        is read from the prefix's last state, as in `_blocks`."""
+        if not self.prefix_cache:
+            self.reset()
+        self.set_prefix(canvas[0, :lo].tolist())
+        pending, cached, n = self.prefix[len(self.cached) :], len(self.cached), hi - lo
+        blocks = torch.cat([canvas[:1, lo:hi], drafts]).reshape(1, -1)
+        inputs = torch.cat([self._tensor(pending), blocks], dim=1)
+        self.positions += inputs.shape[1]
+        positions = torch.cat(
+            [
+                torch.arange(cached, lo, device=self.device),
+                torch.arange(lo, hi, device=self.device).repeat(1 + len(drafts)),
+            ]
+        )
+        mask = tree_mask(cached, lo, n, len(drafts), self.device)
+        hidden, kv = self.model.hidden_states(
+            inputs, mask, positions, self.cache.kv if self.cache else None
+        )
+        last = hidden[:, len(pending) - 1 : len(pending)] if pending else self.cache.last
+        if pending:
+            kept = [(k[:, :, :lo], v[:, :, :lo]) for k, v in kv]
+            self.cache, self.cached = PrefixCache(kv=kept, last=last), list(self.prefix)
+        rows = hidden[0, len(pending) :].reshape(1 + len(drafts), n, -1)
+        before = torch.cat([last[0].expand(len(rows), 1, -1), rows[:, :-1]], dim=1)
+        return self.model.lm_head(before)
+
+
+def tree_mask(
+    cached: int, lo: int, n: int, drafts: int, device: torch.device | None = None
+) -> torch.Tensor:
+    """Boolean [queries, keys] for `_tree_logits`: queries are the prefix tokens from `cached`
+    to `lo`, the real block and `drafts` draft blocks of `n`; keys are the whole prefix and
+    the same blocks. The prefix is causal; a block (real or draft) sees the prefix and itself."""
+    total = lo + n * (1 + drafts)
+    query = torch.arange(cached, total, device=device)[:, None]
+    key = torch.arange(total, device=device)[None, :]
+
+    def block_of(i: torch.Tensor) -> torch.Tensor:
+        return torch.where(i < lo, -1, (i - lo) // n)
+
+    prefix_causal = (query < lo) & (key <= query)
+    sees_prefix = (query >= lo) & (key < lo)
+    same_block = (query >= lo) & (block_of(query) == block_of(key))
+    return prefix_causal | sees_prefix | same_block
 
 
 class MDLMDiffusionLM(MaskedDiffusionLM):

@@ -147,4 +147,5 @@ def load_diffusion_lm(
     lm = wrapper(model, mask_id, context, cfg.name)
     if tokenizer is not None:
         lm.eos_token_ids = eos_token_ids(model, tokenizer)
+        lm.tokenizer = tokenizer
     return lm

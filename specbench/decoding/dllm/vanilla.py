@@ -12,6 +12,7 @@ rank greedy tokens by confidence.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -67,6 +68,9 @@ class BlockDecoder:
     def __init__(self, target: MaskedDiffusionLM, cfg: SpatialConfig):
         self.target, self.cfg = target, cfg
         target.prefix_cache = cfg.prefix_cache
+        # called after every step with (the block after it, the logits it used, block start);
+        # Spiffy's calibration records the decoding through it
+        self.observe: Callable[[torch.Tensor, torch.Tensor, int], None] | None = None
 
     def steps_per_block(self, max_new_tokens: int) -> int:
         if self.cfg.steps is None:
@@ -120,6 +124,8 @@ class BlockDecoder:
             tokens, conf = greedy_confidence(logits, self.cfg.confidence)
             commit = policy.select(conf, block == self.target.mask_id, step)
             block[commit] = tokens[commit]
+            if self.observe:
+                self.observe(block.clone(), logits, lo)
             if not (block == self.target.mask_id).any() or scan(canvas):
                 return
 

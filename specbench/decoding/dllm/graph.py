@@ -1,0 +1,97 @@
+"""Spiffy's draft graph (Agrawal et al., arXiv 2509.18085): which future states of a block to
+speculate, named so they can be filled from the model's current distribution.
+
+A node is a future state reached `depth` denoising steps after the next real one, written as the
+set of (position rank, vocabulary rank) pairs it adds: position rank i is the i-th most confident
+masked position (by top-1 probability), vocabulary rank j the j-th most likely token there, both
+under the distribution of the latest real state. A is a parent of B when B is one step deeper and
+A's pairs are a subset of B's; several orders reach one set, so a node may have several parents
+(a DAG). Graphs are saved as versioned JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+Pair = tuple[int, int]
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Node:
+    depth: int
+    pairs: frozenset[Pair]
+
+    def key(self) -> tuple:
+        """A total order for deterministic ties: shallow first, then by sorted pairs."""
+        return (self.depth, sorted(self.pairs))
+
+
+@dataclass
+class DraftGraph:
+    nodes: list[Node]
+    meta: dict = field(default_factory=dict)  # what it was calibrated on
+
+    def parents(self, k: int) -> list[int]:
+        node = self.nodes[k]
+        return [
+            i
+            for i, other in enumerate(self.nodes)
+            if other.depth == node.depth - 1 and other.pairs < node.pairs
+        ]
+
+    def children(self, k: int) -> list[int]:
+        return [i for i in range(len(self.nodes)) if k in self.parents(i)]
+
+    @property
+    def roots(self) -> list[int]:
+        return [i for i, node in enumerate(self.nodes) if node.depth == 1]
+
+    def save(self, path: Path) -> None:
+        nodes = [{"depth": n.depth, "pairs": sorted(map(list, n.pairs))} for n in self.nodes]
+        payload = {"format": "specbench-draft-graph", "version": VERSION, "meta": self.meta}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**payload, "nodes": nodes}, indent=1))
+
+    @classmethod
+    def load(cls, path: Path) -> DraftGraph:
+        data = json.loads(Path(path).read_text())
+        if data.get("format") != "specbench-draft-graph" or data.get("version") != VERSION:
+            raise ValueError(
+                f"{path}: not a version-{VERSION} specbench draft graph "
+                f"(format {data.get('format')!r}, version {data.get('version')!r})"
+            )
+        nodes = [Node(n["depth"], frozenset(map(tuple, n["pairs"]))) for n in data["nodes"]]
+        return cls(nodes, data["meta"])
+
+
+def select(counts: Counter[Node], size: int) -> list[Node]:
+    """A connected subgraph of `size` nodes by degree-1 accumulation: a node is worth its own
+    count plus its parents' counts, and is added (best first) once it is a root or one of its
+    parents is in; ties go to the shallower, then the lexicographically smaller, node."""
+    candidates = sorted(counts, key=Node.key)
+    by_depth: dict[int, list[Node]] = {}
+    for node in candidates:
+        by_depth.setdefault(node.depth, []).append(node)
+
+    def parents(node: Node) -> list[Node]:
+        return [p for p in by_depth.get(node.depth - 1, []) if p.pairs < node.pairs]
+
+    worth = {n: counts[n] + sum(counts[p] for p in parents(n)) for n in candidates}
+    chosen: list[Node] = []
+    inside: set[Node] = set()
+    while len(chosen) < size:
+        open_ = [
+            n
+            for n in candidates
+            if n not in inside and (n.depth == 1 or any(p in inside for p in parents(n)))
+        ]
+        if not open_:
+            break
+        best = min(open_, key=lambda n: (-worth[n], n.key()))
+        chosen.append(best)
+        inside.add(best)
+    return chosen

@@ -1,0 +1,231 @@
+"""Spiffy: lossless auto-speculation over a calibrated draft graph (Agrawal et al., arXiv
+2509.18085), on the block decoder of a diffusion LLM.
+
+Each call starts from a real state, its distribution p, and the policy's step on p (certain, so
+taken at once). The graph's nodes are then filled from p (`instantiate`), the weakest pruned
+(geometric mean of their tokens' probabilities, keeping the graph connected), and ONE forward
+reads the real state and every draft state (`tree_logits`: a draft attends to the real context
+but not to the block it replaces, at the block's positions; real tokens never attend to drafts).
+The policy applied to the real distribution gives the true next state; if a depth-1 node equals
+it, that node's distribution (already computed) gives the next one, compared with its children,
+and so on. The last accepted state's distribution seeds the next call. Accepted states are
+states the vanilla decoder passes through, so the output is the vanilla decoder's.
+
+Calibration (`calibrate`) decodes prompts with the vanilla decoder and, at every step, records
+the (position rank, vocabulary rank) pairs, under that step's distribution, of the tokens the
+next 1..D steps unmask; `graph.select` keeps the D most useful connected nodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from specbench import paths
+from specbench.decoding.dllm.graph import DraftGraph, Node, select
+from specbench.decoding.dllm.policies import Policy, check_cache, greedy_confidence
+from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig, StopScan, Trace, check
+from specbench.decoding.generation import Stop
+from specbench.decoding.warp import Warp
+from specbench.errors import ConfigError
+from specbench.models.diffusion import MaskedDiffusionLM
+from specbench.registry import MethodSpec, register_method
+from specbench.tasks.base import read_rows
+
+log = logging.getLogger(__name__)
+
+
+def rankings(logits: torch.Tensor, masked: torch.Tensor, conf: torch.Tensor) -> tuple:
+    """The masked positions by descending confidence, and each position's tokens by descending
+    logit (stable sorts, so calibration and decoding rank ties alike)."""
+    positions = conf.masked_fill(~masked, float("-inf")).argsort(descending=True, stable=True)
+    return positions[: int(masked.sum())], logits.argsort(dim=-1, descending=True, stable=True)
+
+
+class SpiffyDecoder(BlockDecoder):
+    def __init__(self, target: MaskedDiffusionLM, cfg: SpiffyConfig, graph: DraftGraph):
+        super().__init__(target, cfg)
+        self.graph, self.keep = graph, cfg.keep or len(graph.nodes)
+        self.children = {k: graph.children(k) for k in range(len(graph.nodes))}
+        self.parents = {k: graph.parents(k) for k in range(len(graph.nodes))}
+
+    def instantiate(
+        self, state: torch.Tensor, logits: torch.Tensor, conf: torch.Tensor
+    ) -> dict[int, torch.Tensor]:
+        """Each node that fits the block as a concrete state, pruned to the `keep` best by the
+        geometric mean of its tokens' probabilities, each kept node having a kept parent."""
+        positions, tokens = rankings(logits, state == self.target.mask_id, conf)
+        log_probs = logits.log_softmax(-1)
+        states, scores = {}, {}
+        for k, node in enumerate(self.graph.nodes):
+            if any(i >= len(positions) for i, _ in node.pairs):
+                continue
+            where = positions[[i for i, _ in node.pairs]]
+            what = tokens[where, [j for _, j in node.pairs]]
+            filled = state.clone()
+            filled[where] = what
+            states[k] = filled
+            scores[k] = float(log_probs[where, what].mean())  # log of the geometric mean
+        kept: list[int] = []
+        while len(kept) < self.keep:
+            open_ = [
+                k
+                for k in states
+                if k not in kept
+                and (self.graph.nodes[k].depth == 1 or any(p in kept for p in self.parents[k]))
+            ]
+            if not open_:
+                break
+            kept.append(max(open_, key=lambda k: (scores[k], -k)))
+        return {k: states[k] for k in sorted(kept)}
+
+    def decode_block(
+        self, canvas: torch.Tensor, lo: int, hi: int, policy: Policy, trace: Trace, scan: StopScan
+    ) -> None:
+        mask = self.target.mask_id
+        logits = self.target.canvas_logits(canvas, lo, hi)[0]
+        step = 0
+        while True:
+            tokens, conf = greedy_confidence(logits, self.cfg.confidence)
+            block = canvas[0, lo:hi]
+            commit = policy.select(conf, block == mask, step)
+            canvas[0, lo:hi] = torch.where(commit, tokens, block)  # the certain step
+            if not (canvas[0, lo:hi] == mask).any() or scan(canvas):
+                return
+            states = self.instantiate(canvas[0, lo:hi], logits, conf)
+            rows = [k for k, s in states.items() if (s == mask).any()]  # need a distribution
+            drafts = [states[k] for k in rows]
+            verified = self.target.tree_logits(
+                canvas, lo, hi, torch.stack(drafts) if drafts else canvas.new_empty(0, hi - lo)
+            )
+            state, logits, node, accepted = canvas[0, lo:hi].clone(), verified[0], None, 0
+            while (state == mask).any():
+                tokens, conf = greedy_confidence(logits, self.cfg.confidence)
+                commit = policy.select(conf, state == mask, step + accepted + 1)
+                true_next = torch.where(commit, tokens, state)
+                options = self.graph.roots if node is None else self.children[node]
+                match = next(
+                    (k for k in options if k in states and torch.equal(states[k], true_next)),
+                    None,
+                )
+                if match is None:
+                    break
+                node, state, accepted = match, true_next, accepted + 1
+                if match in rows:
+                    logits = verified[1 + rows.index(match)]
+            trace.depths.append(len(states))
+            trace.accepted.append(accepted)
+            canvas[0, lo:hi] = state
+            step += accepted + 1
+            if not (state == mask).any() or scan(canvas):
+                return
+
+
+@dataclass
+class SpiffyConfig(DLLMConfig):
+    name: str = "spiffy"
+    nodes: int = 5  # D, the calibrated graph's size
+    keep: int | None = None  # D*, nodes kept after online pruning; null = all
+    graph: str | None = None  # a saved graph (JSON); null = calibrate (cached)
+    calibration: str = "tiny"  # "tiny": the tiny world's validation text; or a JSONL of prompts
+    calibration_samples: int = 50
+    calibration_new_tokens: int = 128
+
+
+def check_spiffy(cfg: SpiffyConfig, warp: Warp) -> None:
+    check(cfg, warp)
+    if cfg.nodes < 1:
+        raise ConfigError("method.nodes", cfg.nodes, "must be >= 1")
+    if cfg.keep is not None and not 1 <= cfg.keep <= cfg.nodes:
+        raise ConfigError("method.keep", cfg.keep, f"must be null or in [1, nodes={cfg.nodes}]")
+    if cfg.graph is not None and not Path(cfg.graph).exists():
+        raise ConfigError("method.graph", cfg.graph, "no such file; null calibrates a graph")
+    if cfg.calibration != "tiny" and not Path(cfg.calibration).exists():
+        raise ConfigError(
+            "method.calibration", cfg.calibration, "allowed: tiny, or a JSONL file of prompts"
+        )
+    for key in ("calibration_samples", "calibration_new_tokens"):
+        if getattr(cfg, key) < 1:
+            raise ConfigError(f"method.{key}", getattr(cfg, key), "must be >= 1")
+
+
+def calibration_prompts(cfg: SpiffyConfig, tokenizer: object) -> list[list[int]]:
+    """`tiny`: the first 128 tokens of the tiny world's validation modules (tiny_code's prompts
+    come from the held-out split, so evaluation never sees them); else the file's prompts."""
+    if cfg.calibration == "tiny":
+        from specbench.models.tiny import corpus
+
+        texts = corpus.texts("validation")
+        return [tokenizer(t)["input_ids"][:128] for t in texts[: cfg.calibration_samples]]
+    rows = read_rows(cfg.calibration, "method.calibration")[: cfg.calibration_samples]
+    return [tokenizer(r["prompt"])["input_ids"] for r in rows]
+
+
+def rank_pairs(
+    logits: torch.Tensor, state: torch.Tensor, future: torch.Tensor, mask_id: int, kind: str
+) -> set[tuple[int, int]]:
+    """The (position rank, vocabulary rank) pairs, under `logits`, of the tokens in `future`
+    that are masked in `state`."""
+    _, conf = greedy_confidence(logits, kind)
+    positions, tokens = rankings(logits, state == mask_id, conf)
+    rank_of = {int(p): i for i, p in enumerate(positions)}
+    added = ((state == mask_id) & (future != mask_id)).nonzero()[:, 0].tolist()
+    return {(rank_of[p], int((tokens[p] == future[p]).nonzero()[0, 0])) for p in added}
+
+
+def calibrate(target: MaskedDiffusionLM, cfg: SpiffyConfig, prompts: list[list[int]]) -> DraftGraph:
+    """Decode the prompts with the vanilla decoder; at every step count the node each depth
+    1..D of the following steps forms; select the graph."""
+    decoder = BlockDecoder(target, cfg)
+    steps: list[tuple[torch.Tensor, torch.Tensor, int]] = []  # (state after step, logits, block)
+    decoder.observe = lambda state, logits, block: steps.append((state, logits, block))
+    counts: Counter[Node] = Counter()
+    for prompt in prompts:
+        steps.clear()
+        decoder.generate(prompt, cfg.calibration_new_tokens, torch.Generator(), Stop(frozenset()))
+        for s, (state, logits, block) in enumerate(steps):
+            for depth in range(1, cfg.nodes + 1):
+                if s + depth >= len(steps) or steps[s + depth][2] != block:
+                    break
+                future = steps[s + depth][0]
+                pairs = rank_pairs(logits, state, future, target.mask_id, cfg.confidence)
+                counts[Node(depth, frozenset(pairs))] += 1
+    return DraftGraph(select(counts, cfg.nodes), {"prompts": len(prompts), "steps": len(counts)})
+
+
+def graph_for(cfg: SpiffyConfig, target: MaskedDiffusionLM, tokenizer: object) -> DraftGraph:
+    """A saved graph, or one calibrated for this model, policy and D (cached)."""
+    if cfg.graph is not None:
+        return DraftGraph.load(Path(cfg.graph))
+    policy = {k: v for k, v in asdict(cfg).items() if k not in ("name", "keep", "graph")}
+    key = json.dumps({"model": target.name, "policy": policy}, sort_keys=True)
+    path = paths.cache_dir() / "spiffy" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    if path.exists():
+        return DraftGraph.load(path)
+    graph = calibrate(target, cfg, calibration_prompts(cfg, tokenizer))
+    graph.meta.update({"model": target.name, "policy": policy})
+    graph.save(path)
+    log.info("spiffy: calibrated a %d-node graph -> %s", len(graph.nodes), path)
+    return graph
+
+
+register_method(
+    MethodSpec(
+        name="spiffy",
+        config=SpiffyConfig,
+        build=lambda cfg, target, drafter, warp: SpiffyDecoder(
+            target, cfg, graph_for(cfg, target, target.tokenizer)
+        ),
+        needs_drafter=False,
+        target_kind="diffusion",
+        baseline=lambda cfg, target, warp: BlockDecoder(target, cfg),
+        check=check_spiffy,
+        check_target=check_cache,
+    )
+)
