@@ -31,6 +31,7 @@ class Generation:
     target_calls: int
     drafter_calls: int = 0
     draft_s: float = 0.0
+    verify_s: float = 0.0  # where a method times its verification forwards apart (Spiffy)
     draft_lengths: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
     rounds: list[dict] = field(default_factory=list)  # each round's Draft.info, when any

@@ -69,6 +69,9 @@ def summarize(
         "tokens_per_call": _ratio(sum(r["target_positions"] for r in records), target_calls)
         if all("target_positions" in r for r in records)
         else None,
+        # shares of wall time spent drafting and in separately timed verification forwards
+        "draft_share": _ratio(sum(r.get("draft_s", 0.0) for r in records), wall),
+        "verify_share": _ratio(sum(r.get("verify_s", 0.0) for r in records), wall),
         "ttft_ms": 1000 * mean(r["ttft_s"] for r in records),
         "tpot_ms": _ratio(1000 * sum(r["decode_s"] for r in records), decode_tokens),
         "quality": _quality_means([r["quality"] for r in records]),

@@ -25,6 +25,8 @@ KNOBS = (
     "depth",
     "block_length",
     "threshold",
+    "nodes",
+    "keep",
 )
 
 
@@ -76,6 +78,8 @@ def cell_label(row: dict) -> str:
         parts.append(f"{row['policy']} b{row['block_length']}")
         if row.get("depth") is not None:
             parts.append(f"d{row['depth']}")
+        if row.get("nodes") is not None:
+            parts.append(f"D{row['nodes']}" + (f"/{row['keep']}" if row.get("keep") else ""))
     if row.get("cps") is not None:  # DiffuSpec
         parts.append("+".join(n for n in ("cps", "adl") if row[n]) or "one-pass")
         if not row["adl"]:

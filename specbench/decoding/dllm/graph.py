@@ -72,26 +72,23 @@ def select(counts: Counter[Node], size: int) -> list[Node]:
     """A connected subgraph of `size` nodes by degree-1 accumulation: a node is worth its own
     count plus its parents' counts, and is added (best first) once it is a root or one of its
     parents is in; ties go to the shallower, then the lexicographically smaller, node."""
-    candidates = sorted(counts, key=Node.key)
     by_depth: dict[int, list[Node]] = {}
-    for node in candidates:
+    for node in sorted(counts, key=Node.key):
         by_depth.setdefault(node.depth, []).append(node)
+    worth: dict[Node, int] = {}
 
-    def parents(node: Node) -> list[Node]:
-        return [p for p in by_depth.get(node.depth - 1, []) if p.pairs < node.pairs]
+    def value(node: Node) -> int:
+        if node not in worth:
+            parents = [p for p in by_depth.get(node.depth - 1, []) if p.pairs < node.pairs]
+            worth[node] = counts[node] + sum(counts[p] for p in parents)
+        return worth[node]
 
-    worth = {n: counts[n] + sum(counts[p] for p in parents(n)) for n in candidates}
     chosen: list[Node] = []
-    inside: set[Node] = set()
-    while len(chosen) < size:
-        open_ = [
-            n
-            for n in candidates
-            if n not in inside and (n.depth == 1 or any(p in inside for p in parents(n)))
-        ]
-        if not open_:
-            break
-        best = min(open_, key=lambda n: (-worth[n], n.key()))
+    reachable = set(by_depth.get(1, []))
+    while reachable and len(chosen) < size:
+        best = min(reachable, key=lambda n: (-value(n), n.key()))
         chosen.append(best)
-        inside.add(best)
+        reachable.remove(best)
+        children = [c for c in by_depth.get(best.depth + 1, []) if best.pairs < c.pairs]
+        reachable.update(c for c in children if c not in chosen)
     return chosen

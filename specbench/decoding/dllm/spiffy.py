@@ -21,8 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -34,6 +35,7 @@ from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig, StopScan, 
 from specbench.decoding.generation import Stop
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
+from specbench.metrics.speed import synchronize
 from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.registry import MethodSpec, register_method
 from specbench.tasks.base import read_rows
@@ -41,11 +43,15 @@ from specbench.tasks.base import read_rows
 log = logging.getLogger(__name__)
 
 
+VOCAB_RANKS = 32  # a node naming a token ranked lower than this at its position is never kept
+
+
 def rankings(logits: torch.Tensor, masked: torch.Tensor, conf: torch.Tensor) -> tuple:
-    """The masked positions by descending confidence, and each position's tokens by descending
-    logit (stable sorts, so calibration and decoding rank ties alike)."""
+    """The masked positions by descending confidence, and each position's `VOCAB_RANKS` most
+    likely tokens in order (the same function ranks for calibration and for decoding)."""
     positions = conf.masked_fill(~masked, float("-inf")).argsort(descending=True, stable=True)
-    return positions[: int(masked.sum())], logits.argsort(dim=-1, descending=True, stable=True)
+    tokens = logits.topk(min(VOCAB_RANKS, logits.shape[-1]), dim=-1).indices
+    return positions[: int(masked.sum())], tokens
 
 
 class SpiffyDecoder(BlockDecoder):
@@ -64,7 +70,7 @@ class SpiffyDecoder(BlockDecoder):
         log_probs = logits.log_softmax(-1)
         states, scores = {}, {}
         for k, node in enumerate(self.graph.nodes):
-            if any(i >= len(positions) for i, _ in node.pairs):
+            if any(i >= len(positions) or j >= tokens.shape[1] for i, j in node.pairs):
                 continue
             where = positions[[i for i, _ in node.pairs]]
             what = tokens[where, [j for _, j in node.pairs]]
@@ -98,12 +104,17 @@ class SpiffyDecoder(BlockDecoder):
             canvas[0, lo:hi] = torch.where(commit, tokens, block)  # the certain step
             if not (canvas[0, lo:hi] == mask).any() or scan(canvas):
                 return
+            started = time.perf_counter()
             states = self.instantiate(canvas[0, lo:hi], logits, conf)
             rows = [k for k, s in states.items() if (s == mask).any()]  # need a distribution
             drafts = [states[k] for k in rows]
-            verified = self.target.tree_logits(
-                canvas, lo, hi, torch.stack(drafts) if drafts else canvas.new_empty(0, hi - lo)
-            )
+            drafts = torch.stack(drafts) if drafts else canvas.new_empty(0, hi - lo)
+            synchronize(self.target.device)
+            drafted = time.perf_counter()
+            verified = self.target.tree_logits(canvas, lo, hi, drafts)
+            synchronize(self.target.device)
+            trace.draft_s += drafted - started
+            trace.verify_s += time.perf_counter() - drafted
             state, logits, node, accepted = canvas[0, lo:hi].clone(), verified[0], None, 0
             while (state == mask).any():
                 tokens, conf = greedy_confidence(logits, self.cfg.confidence)
@@ -168,34 +179,48 @@ def calibration_prompts(cfg: SpiffyConfig, tokenizer: object) -> list[list[int]]
 
 
 def rank_pairs(
-    logits: torch.Tensor, state: torch.Tensor, future: torch.Tensor, mask_id: int, kind: str
-) -> set[tuple[int, int]]:
-    """The (position rank, vocabulary rank) pairs, under `logits`, of the tokens in `future`
-    that are masked in `state`."""
-    _, conf = greedy_confidence(logits, kind)
-    positions, tokens = rankings(logits, state == mask_id, conf)
+    ranked: tuple[torch.Tensor, torch.Tensor],
+    state: torch.Tensor,
+    future: torch.Tensor,
+    mask_id: int,
+) -> frozenset[tuple[int, int]] | None:
+    """The (position rank, vocabulary rank) pairs, under the `rankings` of the step that left
+    `state`, of the tokens that `future` has where `state` has masks; None if one of them is
+    not among its position's `VOCAB_RANKS` most likely tokens."""
+    positions, tokens = ranked
     rank_of = {int(p): i for i, p in enumerate(positions)}
-    added = ((state == mask_id) & (future != mask_id)).nonzero()[:, 0].tolist()
-    return {(rank_of[p], int((tokens[p] == future[p]).nonzero()[0, 0])) for p in added}
+    pairs = []
+    for p in ((state == mask_id) & (future != mask_id)).nonzero()[:, 0].tolist():
+        where = (tokens[p] == future[p]).nonzero()
+        if len(where) == 0:
+            return None
+        pairs.append((rank_of[p], int(where[0, 0])))
+    return frozenset(pairs)
 
 
 def calibrate(target: MaskedDiffusionLM, cfg: SpiffyConfig, prompts: list[list[int]]) -> DraftGraph:
     """Decode the prompts with the vanilla decoder; at every step count the node each depth
     1..D of the following steps forms; select the graph."""
     decoder = BlockDecoder(target, cfg)
-    steps: list[tuple[torch.Tensor, torch.Tensor, int]] = []  # (state after step, logits, block)
-    decoder.observe = lambda state, logits, block: steps.append((state, logits, block))
+    steps: list[tuple[torch.Tensor, tuple, int]] = []  # (block after the step, rankings, start)
+
+    def observe(state: torch.Tensor, logits: torch.Tensor, block: int) -> None:
+        _, conf = greedy_confidence(logits, cfg.confidence)
+        steps.append((state, rankings(logits, state == target.mask_id, conf), block))
+
+    decoder.observe = observe
     counts: Counter[Node] = Counter()
     for prompt in prompts:
         steps.clear()
         decoder.generate(prompt, cfg.calibration_new_tokens, torch.Generator(), Stop(frozenset()))
-        for s, (state, logits, block) in enumerate(steps):
+        for s, (state, ranked, block) in enumerate(steps):
             for depth in range(1, cfg.nodes + 1):
                 if s + depth >= len(steps) or steps[s + depth][2] != block:
                     break
-                future = steps[s + depth][0]
-                pairs = rank_pairs(logits, state, future, target.mask_id, cfg.confidence)
-                counts[Node(depth, frozenset(pairs))] += 1
+                pairs = rank_pairs(ranked, state, steps[s + depth][0], target.mask_id)
+                if pairs is None:  # so is every deeper node from this step
+                    break
+                counts[Node(depth, pairs)] += 1
     return DraftGraph(select(counts, cfg.nodes), {"prompts": len(prompts), "steps": len(counts)})
 
 
@@ -203,7 +228,8 @@ def graph_for(cfg: SpiffyConfig, target: MaskedDiffusionLM, tokenizer: object) -
     """A saved graph, or one calibrated for this model, policy and D (cached)."""
     if cfg.graph is not None:
         return DraftGraph.load(Path(cfg.graph))
-    policy = {k: v for k, v in asdict(cfg).items() if k not in ("name", "keep", "graph")}
+    knobs = [f.name for f in fields(SpiffyConfig) if f.name not in ("name", "keep", "graph")]
+    policy = {k: getattr(cfg, k) for k in knobs}
     key = json.dumps({"model": target.name, "policy": policy}, sort_keys=True)
     path = paths.cache_dir() / "spiffy" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
     if path.exists():

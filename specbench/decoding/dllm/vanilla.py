@@ -60,6 +60,8 @@ class Trace:
 
     depths: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
+    draft_s: float = 0.0
+    verify_s: float = 0.0
 
 
 class BlockDecoder:
@@ -111,6 +113,8 @@ class BlockDecoder:
             target_calls=target.calls - calls,
             draft_lengths=trace.depths,
             accepted=trace.accepted,
+            draft_s=trace.draft_s,
+            verify_s=trace.verify_s,
             positions=target.positions - positions,
         )
 
