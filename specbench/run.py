@@ -9,6 +9,8 @@ from typing import Any
 
 import hydra
 import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
@@ -26,6 +28,7 @@ from specbench.models.diffusion import ADAPTERS
 from specbench.registry import METHODS, TASKS, MethodSpec, discover
 from specbench.results.env import environment, fingerprint
 from specbench.results.store import RunStore, config_hash
+from specbench.results.sweep import write_outcome
 from specbench.results.wandb import WandbMirror
 from specbench.tasks.base import Sample, Task
 
@@ -230,7 +233,12 @@ def plain(method_cfg: Any, target: Any, warp: Warp) -> AutoregressiveDecoder:
 
 
 def execute(plan: Plan) -> dict[str, Any]:
-    """Load weights, decode every unfinished sample, write summary and environment."""
+    """Load weights, decode every unfinished sample, write summary and environment (a cell
+    whose samples are all recorded and summarised is reported as it stands)."""
+    done = plan.store.finished({s.id for s in plan.samples})
+    if done is not None and done.get("n_samples") == len(plan.samples):
+        print_summary(done, plan.store.run_dir)
+        return done
     cfg = OmegaConf.create(plan.config)
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
@@ -336,12 +344,24 @@ def print_summary(summary: dict[str, Any], run_dir: Any) -> None:
 
 @hydra.main(version_base="1.3", config_path=str(paths.CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> dict[str, Any] | None:
+    """One cell. In a multirun a failing cell (a bad pairing, out of memory, ...) is recorded in
+    its job's outcome and the sweep goes on; alone it fails the command."""
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    plan = None
     try:
         plan = prepare(cfg)
-    except ConfigError as err:
+        summary = execute(plan)
+    except Exception as err:  # an interrupt is not caught: a killed sweep stops
         print(f"specbench: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    return execute(plan)
+        if multirun:
+            write_outcome("failed", plan.run_id if plan else None, err)
+            return None
+        if isinstance(err, ConfigError):
+            raise SystemExit(2) from None
+        raise
+    if multirun:
+        write_outcome("ok", plan.run_id)
+    return summary
 
 
 def check_group_choices(argv: list[str]) -> None:

@@ -131,6 +131,14 @@ class RunStore:
         self.records.append(record)
         self.done.add(record["id"])
 
+    def finished(self, ids: set[str]) -> dict[str, Any] | None:
+        """The stored summary when every sample in `ids` is recorded and summarised: a rerun
+        of a complete cell then loads no model."""
+        summary = self.run_dir / "summary.json"
+        if ids <= self.done and summary.exists():
+            return json.loads(summary.read_text())
+        return None
+
     def write_json(self, name: str, payload: dict[str, Any]) -> None:
         tmp = self.run_dir / f".{name}.tmp"
         tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
