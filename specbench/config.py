@@ -30,7 +30,10 @@ class ModelConfig:
     revision: str | None = None
     trust_remote_code: bool = False
     dtype: str | None = None
+    # accelerate's placement for big models: "auto" shards over the visible GPUs (and CPU),
+    # `max_memory` caps each device, e.g. {0: "70GiB", 1: "70GiB", cpu: "200GiB"}
     device_map: str | None = None
+    max_memory: dict[str, str] = field(default_factory=dict)
     chat_template: bool = False
 
 

@@ -94,6 +94,12 @@ def _check_run(run: Any) -> None:
 
 
 def _check_model(cfg: Any, key: str) -> None:
+    if cfg.max_memory and not cfg.device_map:
+        raise ConfigError(
+            f"{key}.max_memory",
+            dict(cfg.max_memory),
+            f"caps accelerate's placement; set {key}.device_map (e.g. auto) with it",
+        )
     if cfg.kind == "diffusion" and cfg.adapter not in ADAPTERS:
         raise ConfigError(f"{key}.adapter", cfg.adapter, f"allowed: {', '.join(ADAPTERS)}")
     if cfg.dtype is not None and cfg.dtype not in loading.DTYPES:

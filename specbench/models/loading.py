@@ -102,6 +102,13 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return DTYPES[name]
 
 
+def placement(cfg: ModelConfig) -> dict[int | str, str] | None:
+    """`max_memory` with GPU indices as integers, as accelerate wants them (None: no cap)."""
+    if not cfg.max_memory:
+        return None
+    return {int(k) if str(k).isdigit() else k: v for k, v in cfg.max_memory.items()}
+
+
 def load_causal_lm(cfg: ModelConfig, key: str, device: torch.device, run_dtype: str) -> CausalLM:
     """Load weights. With `device_map` set, accelerate places (and may shard) the model."""
     path = resolve(cfg, key)
@@ -112,6 +119,7 @@ def load_causal_lm(cfg: ModelConfig, key: str, device: torch.device, run_dtype: 
         trust_remote_code=cfg.trust_remote_code,
         dtype=dtype,
         device_map=cfg.device_map,
+        max_memory=placement(cfg),
     )
     if cfg.device_map is None:
         model.to(device)
@@ -132,6 +140,7 @@ def load_diffusion_lm(
         trust_remote_code=cfg.trust_remote_code,
         dtype=resolve_dtype(cfg.dtype or run_dtype, device),
         device_map=cfg.device_map,
+        max_memory=placement(cfg),
     )
     if cfg.device_map is None:
         model.to(device)
