@@ -29,6 +29,8 @@ class MethodSpec:
     check: Callable[[Any, Any], None] = lambda cfg, warp: None  # raises ConfigError on a bad knob
     # (method_cfg, target_cfg): knobs that depend on the target (before any weight loads)
     check_target: Callable[[Any, Any], None] = lambda cfg, target: None
+    # (decoder, prompt ids, summary) -> predicted speedup and the forward costs behind it
+    cost_model: Callable[..., dict] | None = None
     # whether the output is distributed exactly as the target's
     lossless: Callable[[Any, Any], bool] = lambda cfg, warp: True
 

@@ -301,6 +301,9 @@ def execute(plan: Plan) -> dict[str, Any]:
         **summarize(records, greedy=plan.warp.greedy),
         "env": fingerprint(env),
     }
+    if plan.method.cost_model and records and summary.get("speedup"):
+        prompt = plan.prompt_ids[plan.samples[0].id]
+        summary.update(plan.method.cost_model(arms.method, prompt, summary))
     plan.store.write_json("summary.json", summary)
     mirror.finish(records, summary)
     print_summary(summary, plan.store.run_dir)
@@ -344,6 +347,12 @@ def print_summary(summary: dict[str, Any], run_dir: Any) -> None:
     for metric, value in summary.get("quality", {}).items():
         beside = f"  (baseline {baseline[metric]:.4g})" if metric in baseline else ""
         console.print(f"{summary['task']} {metric}: {value:.4g}{beside}")
+    if "predicted_speedup" in summary:
+        flag = "  [bold red]gap above 10%[/bold red]" if summary["prediction_flag"] else ""
+        console.print(
+            f"predicted speedup {summary['predicted_speedup']:.2f} from acceptance and forward "
+            f"costs (measured {summary['speedup']:.2f}, gap {summary['prediction_gap']:+.0%}){flag}"
+        )
     console.print(f"[dim]{summary['env']}[/dim]")
     console.print(f"records: {run_dir}")
 

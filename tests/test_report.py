@@ -26,7 +26,7 @@ def test_pareto_front_of_a_hand_made_table() -> None:
 
 
 def record(i: int, tokens: int, wall: float, calls: int, base_wall: float, nll: float) -> dict:
-    arm = {"new_tokens": tokens, "wall_s": wall, "quality": {"nll": nll}}
+    arm = {"new_tokens": tokens, "wall_s": wall, "target_calls": tokens, "quality": {"nll": nll}}
     return {
         "id": str(i),
         "meta": {},

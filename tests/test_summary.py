@@ -27,7 +27,7 @@ RECORDS = [
         "accept_lengths": [3, 1, 2],
         "quality": {"rouge1": 0.5},
         "first_divergence": None,
-        "baseline": {"new_tokens": 6, "wall_s": 3.0, "quality": {"rouge1": 0.5}},
+        "baseline": {"new_tokens": 6, "wall_s": 3.0, "target_calls": 6, "quality": {"rouge1": 0.5}},
     },
     {
         "id": "b",
@@ -44,7 +44,12 @@ RECORDS = [
         "accept_lengths": [2, 2],
         "quality": {"rouge1": 0.25},
         "first_divergence": 2,
-        "baseline": {"new_tokens": 4, "wall_s": 2.0, "quality": {"rouge1": 0.75}},
+        "baseline": {
+            "new_tokens": 4,
+            "wall_s": 2.0,
+            "target_calls": 4,
+            "quality": {"rouge1": 0.75},
+        },
     },
 ]
 
@@ -77,6 +82,8 @@ def test_summary_equals_hand_computed_values(records: list[dict]) -> None:
     assert s["lossless_rate"] == pytest.approx(0.5)
     assert s["quality"] == {"rouge1": pytest.approx(0.375)}
     assert s["baseline_quality"] == {"rouge1": pytest.approx(0.625)}
+    assert (s["n_rounds"], s["draft_tokens"]) == (5, 15)
+    assert s["baseline_nfe"] == pytest.approx(5.0) and s["baseline_tpf"] == pytest.approx(1.0)
 
 
 def test_sampled_runs_report_no_token_level_lossless_rate(records: list[dict]) -> None:
@@ -93,3 +100,16 @@ def test_first_divergence() -> None:
     assert first_divergence([1, 2, 3], [1, 2, 3]) is None
     assert first_divergence([1, 2, 3], [1, 5, 3]) == 1
     assert first_divergence([1, 2], [1, 2, 3]) == 2
+
+
+def test_the_cost_model_predicts_from_acceptance_and_forward_costs() -> None:
+    from specbench.metrics.cost import predict_speculative, verdict
+
+    # gamma 3, alpha 0.8, 0.5, 0.5: E = 1 + 0.8 + 0.4 + 0.2 = 2.4 tokens per round; a round costs
+    # 3 drafter calls of 1 ms and a 4-token verification of 6 ms; plain decoding 5 ms per token
+    costs = {"target_1": 5.0, "target_4": 6.0, "drafter_call": 1.0}
+    predicted = predict_speculative([0.8, 0.5, 0.5], 3, costs, 3)
+    assert predicted == pytest.approx(2.4 * 5.0 / (3 * 1.0 + 6.0))
+    assert verdict(predicted, predicted * 1.05)["prediction_flag"] is False
+    assert verdict(predicted, predicted * 0.85)["prediction_gap"] == pytest.approx(-0.15)
+    assert verdict(predicted, predicted * 0.85)["prediction_flag"] is True

@@ -61,6 +61,8 @@ def summarize(
             sum(r["accepted_tokens"] for r in records), sum(r["draft_tokens"] for r in records)
         ),
         "accept_hist": {str(k): hist[k] for k in sorted(hist)},
+        "n_rounds": sum(len(r["draft_lengths"]) for r in records),
+        "draft_tokens": sum(r["draft_tokens"] for r in records),
         "accept_by_position": accept_by_position(records),
         "nfe_target": target_calls / n,
         "nfe_drafter": drafter_calls / n,
@@ -88,6 +90,14 @@ def summarize(
             for r, b in zip(records, baselines)
         )
         summary["baseline_quality"] = _quality_means([b["quality"] for b in baselines])
+        base_calls = sum(b["target_calls"] for b in baselines)
+        summary["baseline_nfe"] = base_calls / n
+        summary["baseline_tpf"] = _ratio(sum(b["new_tokens"] for b in baselines), base_calls)
+        summary["baseline_tokens_per_call"] = (
+            _ratio(sum(b["target_positions"] for b in baselines), base_calls)
+            if all("target_positions" in b for b in baselines)
+            else None
+        )
         summary["lossless_rate"] = (
             mean(r["first_divergence"] is None for r in records) if greedy else None
         )

@@ -53,6 +53,8 @@ def read_run(run_dir: Path) -> dict:
         "acceptance_rate",
         "tpf",
         "tokens_per_call",
+        "predicted_speedup",
+        "prediction_gap",
         "tok_s",
         "lossless_rate",
     ):

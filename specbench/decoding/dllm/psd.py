@@ -24,6 +24,7 @@ from specbench.decoding.dllm.policies import Policy, check_cache, greedy_confide
 from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig, StopScan, Trace, check
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
+from specbench.metrics import cost
 from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.registry import MethodSpec, register_method
 
@@ -103,6 +104,7 @@ register_method(
         name="psd",
         config=PSDConfig,
         build=lambda cfg, target, drafter, warp: PSDDecoder(target, cfg),
+        cost_model=cost.block,
         needs_drafter=False,
         target_kind="diffusion",
         # what speculation buys at a fixed schedule: the same policy, decoded step by step

@@ -35,6 +35,7 @@ from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig, StopScan, 
 from specbench.decoding.generation import Stop
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
+from specbench.metrics import cost
 from specbench.metrics.speed import synchronize
 from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.registry import MethodSpec, register_method
@@ -248,6 +249,7 @@ register_method(
         build=lambda cfg, target, drafter, warp: SpiffyDecoder(
             target, cfg, graph_for(cfg, target, target.tokenizer)
         ),
+        cost_model=cost.block,
         needs_drafter=False,
         target_kind="diffusion",
         baseline=lambda cfg, target, warp: BlockDecoder(target, cfg),

@@ -29,6 +29,7 @@ from specbench.decoding.dllm.policies import (
 from specbench.decoding.generation import Generation, Stop
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
+from specbench.metrics import cost
 from specbench.metrics.speed import Stopwatch
 from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.registry import MethodSpec, register_method
@@ -163,6 +164,7 @@ register_method(
         name="dllm",
         config=DLLMConfig,
         build=lambda cfg, target, drafter, warp: BlockDecoder(target, cfg),
+        cost_model=cost.block,
         needs_drafter=False,
         target_kind="diffusion",
         baseline=lambda cfg, target, warp: vanilla(cfg, target),

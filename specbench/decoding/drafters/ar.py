@@ -12,6 +12,7 @@ from specbench.decoding.speculative import GammaSchedule, SpeculativeDecoder
 from specbench.decoding.verify import check_rule, is_lossless, make_rule
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
+from specbench.metrics import cost
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
 from specbench.registry import MethodSpec, register_method
@@ -118,6 +119,7 @@ register_method(
         name="sps",
         config=SpSConfig,
         build=build,
+        cost_model=cost.speculative,
         needs_drafter=True,
         check=check,
         lossless=lambda cfg, warp: is_lossless(cfg.rule, warp),

@@ -24,6 +24,7 @@ from specbench.decoding.speculative import SpeculativeDecoder
 from specbench.decoding.verify import greedy
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
+from specbench.metrics import cost
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
 from specbench.models.diffusion import MaskedDiffusionLM
@@ -265,6 +266,7 @@ register_method(
         name="diffuspec",
         config=DiffuSpecConfig,
         build=build,
+        cost_model=cost.speculative,
         needs_drafter=True,
         drafter_kind="diffusion",
         check=check,

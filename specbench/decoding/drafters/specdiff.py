@@ -29,6 +29,7 @@ from specbench.decoding.speculative import GammaSchedule, SpeculativeDecoder
 from specbench.decoding.verify import check_rule, make_rule, resolve_rule
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
+from specbench.metrics import cost
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
 from specbench.models.diffusion import MaskedDiffusionLM
@@ -162,6 +163,7 @@ register_method(
         name="specdiff",
         config=SpecDiffConfig,
         build=build,
+        cost_model=cost.speculative,
         needs_drafter=True,
         drafter_kind="diffusion",
         check=check,

@@ -1,0 +1,117 @@
+"""The cost model: every measured speedup beside the one predicted from the run's measured
+acceptance and its measured forward costs, so a speedup can be explained (or its gap found).
+
+Draft-verify methods with an AR target (Leviathan et al.): a round drafts gamma tokens with k
+drafter calls and verifies them in one target forward over gamma + 1 tokens; with alpha_i the
+measured probability that draft token i is accepted once the ones before it were, a round emits
+E = 1 + sum_k prod_{i<k} alpha_i tokens, so
+
+    predicted speedup = E * cost(target, 1 token) / (k * cost(drafter call) + cost(target, gamma + 1))
+
+Diffusion-LLM methods (PSD, Spiffy, parallel policies) emit more tokens per call (TPF), with
+calls that may read more rows than the baseline's one:
+
+    predicted speedup = (TPF / baseline TPF) * cost(one-row call) / cost(call at the method's rows)
+
+with the method's rows per call from its positions per call over the baseline's. Costs are medians of timed calls
+after the run, on the first sample's prompt, on the same hardware.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from specbench.metrics.speed import synchronize
+
+GAP = 0.10  # a measured speedup further than this from the prediction is flagged
+
+
+def median_ms(fn: Callable[[], Any], device: torch.device, repeats: int = 15) -> float:
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(1000 * (time.perf_counter() - t0))
+    return statistics.median(times)
+
+
+def verdict(predicted: float, measured: float | None) -> dict[str, Any]:
+    gap = None if measured is None else measured / predicted - 1
+    return {
+        "predicted_speedup": predicted,
+        "prediction_gap": gap,
+        "prediction_flag": gap is not None and abs(gap) > GAP,
+    }
+
+
+def speculative(decoder: Any, prompt_ids: list[int], summary: dict[str, Any]) -> dict[str, Any]:
+    """A `SpeculativeDecoder`'s prediction: acceptance by position and calls per round from the
+    records, forward costs timed on its own target and drafter."""
+    rounds = summary["n_rounds"]
+    if not rounds:
+        return {}
+    gamma = summary["draft_tokens"] / rounds
+    target, drafter = decoder.target, decoder.drafter
+    n = max(1, round(gamma))
+    target.prefill(prompt_ids)
+    length = target.length
+
+    def verify(tokens: int) -> None:
+        target.forward_tokens([prompt_ids[-1]] * tokens)
+        target.rollback(length)
+
+    generator = torch.Generator(device=target.device)
+    draft = drafter.draft(prompt_ids, n, generator)
+    forward_ms = {
+        "target_1": median_ms(lambda: verify(1), target.device),
+        f"target_{n + 1}": median_ms(lambda: verify(n + 1), target.device),
+        "drafter_call": median_ms(lambda: drafter.draft(prompt_ids, n, generator), target.device)
+        / max(1, draft.nfe),
+    }
+    calls = summary["nfe_drafter"] * summary["n_samples"] / rounds
+    predicted = predict_speculative(summary["accept_by_position"][:n], calls, forward_ms, n)
+    return {"forward_ms": forward_ms, **verdict(predicted, summary.get("speedup"))}
+
+
+def predict_speculative(
+    alphas: list[float], drafter_calls: float, forward_ms: dict[str, float], gamma: int
+) -> float:
+    """E * cost(target, 1) / (drafter calls * cost(drafter call) + cost(target, gamma + 1))."""
+    expected, reach = 1.0, 1.0
+    for alpha in alphas:
+        reach *= alpha
+        expected += reach
+    round_ms = drafter_calls * forward_ms["drafter_call"] + forward_ms[f"target_{gamma + 1}"]
+    return expected * forward_ms["target_1"] / round_ms
+
+
+def block(decoder: Any, prompt_ids: list[int], summary: dict[str, Any]) -> dict[str, Any]:
+    """A diffusion-LLM decoder's prediction: calls from the records, the cost of a call timed
+    at the method's and the baseline's mean rows per call (a block behind the prompt)."""
+    target, width = decoder.target, decoder.cfg.block_length
+    lo = len(prompt_ids)
+    canvas = torch.tensor([prompt_ids + [target.mask_id] * width], device=target.device)
+    target.reset()
+    target.canvas_logits(canvas, lo, lo + width)  # fills a prefix cache once, as decoding does
+    rows = max(1, round(summary["tokens_per_call"] / summary["baseline_tokens_per_call"]))
+    forward_ms = {
+        "call_1_row": median_ms(
+            lambda: target.canvas_logits(canvas, lo, lo + width), target.device
+        ),
+        f"call_{rows}_rows": median_ms(
+            lambda: target.canvas_logits(canvas.expand(rows, -1), lo, lo + width), target.device
+        ),
+    }
+    predicted = (summary["tpf"] / summary["baseline_tpf"]) * (
+        forward_ms["call_1_row"] / forward_ms[f"call_{rows}_rows"]
+    )
+    return {"forward_ms": forward_ms, **verdict(predicted, summary.get("speedup"))}
