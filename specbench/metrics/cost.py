@@ -108,7 +108,7 @@ def block(decoder: Any, prompt_ids: list[int], summary: dict[str, Any]) -> dict[
             lambda: target.canvas_logits(canvas, lo, lo + width), target.device
         ),
         f"call_{rows}_rows": median_ms(
-            lambda: target.canvas_logits(canvas.expand(rows, -1), lo, lo + width), target.device
+            lambda: decoder.verify_call(canvas, lo, lo + width, rows), target.device
         ),
     }
     predicted = (summary["tpf"] / summary["baseline_tpf"]) * (

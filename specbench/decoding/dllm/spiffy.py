@@ -62,6 +62,9 @@ class SpiffyDecoder(BlockDecoder):
         self.children = {k: graph.children(k) for k in range(len(graph.nodes))}
         self.parents = {k: graph.parents(k) for k in range(len(graph.nodes))}
 
+    def verify_call(self, canvas: torch.Tensor, lo: int, hi: int, rows: int) -> torch.Tensor:
+        return self.target.tree_logits(canvas, lo, hi, canvas[:1, lo:hi].expand(rows - 1, -1))
+
     def instantiate(
         self, state: torch.Tensor, logits: torch.Tensor, conf: torch.Tensor
     ) -> dict[int, torch.Tensor]:

@@ -75,6 +75,11 @@ class BlockDecoder:
         # Spiffy's calibration records the decoding through it
         self.observe: Callable[[torch.Tensor, torch.Tensor, int], None] | None = None
 
+    def verify_call(self, canvas: torch.Tensor, lo: int, hi: int, rows: int) -> torch.Tensor:
+        """One forward as this decoder's verification makes it, over `rows` states of the
+        block (the cost model times it)."""
+        return self.target.canvas_logits(canvas.expand(rows, -1), lo, hi)
+
     def steps_per_block(self, max_new_tokens: int) -> int:
         if self.cfg.steps is None:
             return self.cfg.block_length
