@@ -31,16 +31,22 @@ from specbench.metrics.speed import synchronize
 GAP = 0.10  # a measured speedup further than this from the prediction is flagged
 
 
-def median_ms(fn: Callable[[], Any], device: torch.device, repeats: int = 15) -> float:
-    for _ in range(2):
-        fn()
+def median_ms(
+    fn: Callable[[], Any],
+    device: torch.device,
+    repeats: int = 15,
+    after: Callable[[], Any] = lambda: None,
+) -> float:
+    """Median milliseconds of `fn`; `after` (untimed) restores state between calls."""
     times = []
-    for _ in range(repeats):
+    for i in range(repeats + 2):  # two warm-up calls
         synchronize(device)
         t0 = time.perf_counter()
         fn()
         synchronize(device)
-        times.append(1000 * (time.perf_counter() - t0))
+        if i >= 2:
+            times.append(1000 * (time.perf_counter() - t0))
+        after()
     return statistics.median(times)
 
 
@@ -65,17 +71,26 @@ def speculative(decoder: Any, prompt_ids: list[int], summary: dict[str, Any]) ->
     target.prefill(prompt_ids)
     length = target.length
 
-    def verify(tokens: int) -> None:
-        target.forward_tokens([prompt_ids[-1]] * tokens)
-        target.rollback(length)
+    def verify(tokens: int) -> float:
+        return median_ms(
+            lambda: target.forward_tokens([prompt_ids[-1]] * tokens),
+            target.device,
+            after=lambda: target.rollback(length),  # decoding rolls back only what it rejects
+        )
 
+    # each timed draft extends the context by the tokens a round emits, as decoding does, so a
+    # drafter that caches its prefix encodes them inside its first call
     generator = torch.Generator(device=target.device)
-    draft = drafter.draft(prompt_ids, n, generator)
+    grow = max(1, round(summary["tau"]))
+    contexts = iter([prompt_ids + [prompt_ids[-1]] * (grow * i) for i in range(64)])
+    nfe = [drafter.draft(prompt_ids, n, generator).nfe]
+    drafter_ms = median_ms(
+        lambda: nfe.append(drafter.draft(next(contexts), n, generator).nfe), target.device
+    )
     forward_ms = {
-        "target_1": median_ms(lambda: verify(1), target.device),
-        f"target_{n + 1}": median_ms(lambda: verify(n + 1), target.device),
-        "drafter_call": median_ms(lambda: drafter.draft(prompt_ids, n, generator), target.device)
-        / max(1, draft.nfe),
+        "target_1": verify(1),
+        f"target_{n + 1}": verify(n + 1),
+        "drafter_call": drafter_ms / max(1, statistics.median(nfe)),
     }
     calls = summary["nfe_drafter"] * summary["n_samples"] / rounds
     predicted = predict_speculative(summary["accept_by_position"][:n], calls, forward_ms, n)
