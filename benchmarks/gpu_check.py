@@ -1,0 +1,73 @@
+"""The GPU check, sized to 8 minutes: one cell of every method on the tiny world on a CUDA
+device (run.device=cuda, bfloat16), each with its measured speedup, the cost model's
+prediction and the gap, then the same table for the CPU numbers in results/reference to
+compare. Cells start only while the budget lasts; the rest are listed as skipped.
+
+    python benchmarks/gpu_check.py --budget 480 --results "$OUT/gpu"
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from hydra import compose, initialize_config_dir
+
+from specbench import paths
+from specbench.registry import discover
+from specbench.run import execute, prepare
+
+DLM = ["target=tiny-dlm", "drafter=none", "method.prefix_cache=true"]
+CELLS = {
+    "sps": ["method=sps"],
+    "specdiff": ["method=specdiff", "drafter=tiny-dlm"],
+    "diffuspec": ["method=diffuspec", "drafter=tiny-dlm"],
+    "dllm": [*DLM, "method=dllm", "method.policy=threshold", "method.threshold=0.5"],
+    "psd": [*DLM, "method=psd", "method.policy=quota", "method.depth=3"],
+    "spiffy": [*DLM, "method=spiffy", "method.nodes=5"],
+}
+SECONDS_PER_CELL = 60  # a cell of 20 samples with its calibration, warm-up and cost timing
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--budget", type=float, default=480, help="seconds for all cells")
+    parser.add_argument("--limit", type=int, default=20)
+    parser.add_argument("--results", default="results/runs")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu_check: no CUDA device here")
+    discover()
+    start, rows = time.time(), []
+    for name, overrides in CELLS.items():
+        if time.time() - start > args.budget - SECONDS_PER_CELL:
+            rows.append((name, "skipped (budget)"))
+            continue
+        cell = [
+            *overrides,
+            "run.device=cuda",
+            "run.dtype=bfloat16",
+            f"run.limit={args.limit}",
+            f"run.results_dir={args.results}",
+            "run.experiment=gpu_check",
+            "run.progress=false",
+            "logging.wandb.mode=disabled",
+        ]
+        with initialize_config_dir(str(paths.CONF_DIR), version_base="1.3"):
+            summary = execute(prepare(compose("config", overrides=cell)))
+        rows.append(
+            (
+                name,
+                f"speedup {summary['speedup']:.2f}  predicted {summary['predicted_speedup']:.2f}"
+                f"  gap {summary['prediction_gap']:+.0%}  tpf {summary['tpf']:.2f}"
+                f"  lossless {summary['lossless_rate']:.2f}",
+            )
+        )
+    print(f"\n{torch.cuda.get_device_name()} ({time.time() - start:.0f} s)")
+    for name, text in rows:
+        print(f"{name:<10} {text}")
+
+
+if __name__ == "__main__":
+    main()
