@@ -13,20 +13,13 @@ import time
 
 import torch
 from hydra import compose, initialize_config_dir
+from method_overhead import CELLS as METHOD_CELLS
 
 from specbench import paths
 from specbench.registry import discover
 from specbench.run import execute, prepare
 
-DLM = ["target=tiny-dlm", "drafter=none", "method.prefix_cache=true"]
-CELLS = {
-    "sps": ["method=sps"],
-    "specdiff": ["method=specdiff", "drafter=tiny-dlm"],
-    "diffuspec": ["method=diffuspec", "drafter=tiny-dlm"],
-    "dllm": [*DLM, "method=dllm", "method.policy=threshold", "method.threshold=0.5"],
-    "psd": [*DLM, "method=psd", "method.policy=quota", "method.depth=3"],
-    "spiffy": [*DLM, "method=spiffy", "method.nodes=5"],
-}
+CELLS = {name: cell for name, cell in METHOD_CELLS.items() if name != "ar"}
 SECONDS_PER_CELL = 60  # a cell of 20 samples with its calibration, warm-up and cost timing
 
 
