@@ -28,7 +28,7 @@ from specbench.models.diffusion import ADAPTERS
 from specbench.registry import METHODS, TASKS, MethodSpec, discover
 from specbench.results.env import environment, fingerprint
 from specbench.results.store import RunStore, config_hash
-from specbench.results.sweep import write_outcome
+from specbench.results.sweep import SweepSummary, write_outcome
 from specbench.results.wandb import WandbMirror
 from specbench.tasks.base import Sample, Task
 
@@ -401,3 +401,5 @@ def cli() -> None:
         print(f"specbench: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     main()
+    if SweepSummary.failed:  # the other cells finished; the command still reports failure
+        raise SystemExit(1)

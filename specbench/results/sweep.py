@@ -46,11 +46,15 @@ def summarize_sweep(sweep_dir: Path) -> dict[str, Any]:
 
 
 class SweepSummary(Callback):
-    """Hydra callback (conf/config.yaml: hydra.callbacks)."""
+    """Hydra callback (conf/config.yaml: hydra.callbacks). `failed` counts the failed cells of
+    the last multirun in this process, so the command can exit non-zero after it."""
+
+    failed = 0
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         summary = summarize_sweep(sweep_dir)
+        SweepSummary.failed = len(summary["failed"])
         table = Table(title=f"sweep: {summary['cells']} cells, {len(summary['failed'])} failed")
         for column in ("job", "status", "cell", "error"):
             table.add_column(column)
