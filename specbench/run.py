@@ -257,7 +257,7 @@ def execute(plan: Plan) -> dict[str, Any]:
     if cfg.run.baseline:
         baseline = (plan.method.baseline or plain)(cfg.method, target, plan.warp)
     arms = Arms(method=plan.method.build(cfg.method, target, drafter, plan.warp), baseline=baseline)
-    approximate = getattr(target, "approximate_cache", False)
+    approximate = getattr(arms.method, "approximate_cache", False)
     env = environment(plan.device, config_hash(plan.config))
     plan.store.write_json("env.json", env)
     mirror = WandbMirror(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specbench.decoding.dllm.policies import Policy, check_cache, greedy_confidence
+from specbench.decoding.dllm.policies import Policy, check_cache
 from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig, StopScan, Trace, check
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
@@ -35,41 +35,37 @@ class PSDDecoder(BlockDecoder):
         self.depth = cfg.depth
 
     def drafts(
-        self, block: torch.Tensor, logits: torch.Tensor, policy: Policy, step: int
+        self, block: torch.Tensor, scores: tuple, policy: Policy, step: int
     ) -> list[torch.Tensor]:
-        """D_0 .. D_d from one forward's logits; a draft without masks ends the chain."""
-        mask = self.target.mask_id
-        tokens, conf = greedy_confidence(logits, self.cfg.confidence)
+        """D_0 .. D_d: the policy's steps replayed on one forward's scores (no model call); a
+        draft without masks ends the chain."""
         chain = [block]
         for k in range(self.depth + 1):
-            remaining = chain[-1] == mask
-            if not remaining.any():
+            if not (chain[-1] == self.target.mask_id).any():
                 break
-            commit = policy.select(conf, remaining, step + k)
-            chain.append(torch.where(commit, tokens, chain[-1]))
+            chain.append(self.policy_step(chain[-1], scores, policy, step + k))
         return chain[1:]
 
     def accepted_depth(
         self, chain: list[torch.Tensor], verified: torch.Tensor, policy: Policy, step: int
-    ) -> int:
-        """The deepest m whose every step is what the policy does on the verifier's output."""
-        mask = self.target.mask_id
+    ) -> tuple[int, tuple | None]:
+        """The deepest m whose every step is what the policy does on the verifier's output, and
+        the scores of D_m's logits (None when D_m is finished), each row scored once."""
         for m in range(1, len(chain)):
-            tokens, conf = greedy_confidence(verified[m - 1], self.cfg.confidence)
-            want = policy.select(conf, chain[m - 1] == mask, step + m)
-            added = chain[m] != chain[m - 1]
-            if not torch.equal(want, added) or not torch.equal(tokens[want], chain[m][want]):
-                return m - 1
-        return len(chain) - 1
+            scores = self.scores(verified[m - 1])
+            if not torch.equal(self.policy_step(chain[m - 1], scores, policy, step + m), chain[m]):
+                return m - 1, scores
+        m = len(chain) - 1
+        return m, self.scores(verified[m]) if m < len(verified) else None
 
     def decode_block(
         self, canvas: torch.Tensor, lo: int, hi: int, policy: Policy, trace: Trace, scan: StopScan
     ) -> None:
         mask = self.target.mask_id
-        logits = self.target.canvas_logits(canvas, lo, hi)[0]
+        scores = self.scores(self.target.canvas_logits(canvas, lo, hi)[0])
         step = 0
         while True:
-            chain = self.drafts(canvas[0, lo:hi], logits, policy, step)
+            chain = self.drafts(canvas[0, lo:hi], scores, policy, step)
             canvas[0, lo:hi] = chain[0]  # the policy's own step on a verified forward: taken
             if not (chain[0] == mask).any() or scan(canvas):
                 return
@@ -77,14 +73,13 @@ class PSDDecoder(BlockDecoder):
             batch = canvas.expand(len(still_masked), -1).clone()
             batch[:, lo:hi] = torch.stack(still_masked)
             verified = self.target.canvas_logits(batch, lo, hi)
-            m = self.accepted_depth(chain, verified, policy, step)
+            m, scores = self.accepted_depth(chain, verified, policy, step)
             trace.depths.append(len(chain) - 1)
             trace.accepted.append(m)
             canvas[0, lo:hi] = chain[m]
             step += m + 1
             if m == len(still_masked) or scan(canvas):  # the block, or the output, is finished
                 return
-            logits = verified[m]
 
 
 @dataclass

@@ -59,6 +59,7 @@ class SpiffyDecoder(BlockDecoder):
     def __init__(self, target: MaskedDiffusionLM, cfg: SpiffyConfig, graph: DraftGraph):
         super().__init__(target, cfg)
         self.graph, self.keep = graph, cfg.keep or len(graph.nodes)
+        self.roots = graph.roots
         self.children = {k: graph.children(k) for k in range(len(graph.nodes))}
         self.parents = {k: graph.parents(k) for k in range(len(graph.nodes))}
 
@@ -100,16 +101,15 @@ class SpiffyDecoder(BlockDecoder):
     ) -> None:
         mask = self.target.mask_id
         logits = self.target.canvas_logits(canvas, lo, hi)[0]
+        scores = self.scores(logits)
         step = 0
         while True:
-            tokens, conf = greedy_confidence(logits, self.cfg.confidence)
-            block = canvas[0, lo:hi]
-            commit = policy.select(conf, block == mask, step)
-            canvas[0, lo:hi] = torch.where(commit, tokens, block)  # the certain step
-            if not (canvas[0, lo:hi] == mask).any() or scan(canvas):
+            real = self.policy_step(canvas[0, lo:hi], scores, policy, step)  # the certain step
+            canvas[0, lo:hi] = real
+            if not (real == mask).any() or scan(canvas):
                 return
             started = time.perf_counter()
-            states = self.instantiate(canvas[0, lo:hi], logits, conf)
+            states = self.instantiate(real, logits, scores[1])
             rows = [k for k, s in states.items() if (s == mask).any()]  # need a distribution
             drafts = [states[k] for k in rows]
             drafts = torch.stack(drafts) if drafts else canvas.new_empty(0, hi - lo)
@@ -119,12 +119,11 @@ class SpiffyDecoder(BlockDecoder):
             synchronize(self.target.device)
             trace.draft_s += drafted - started
             trace.verify_s += time.perf_counter() - drafted
-            state, logits, node, accepted = canvas[0, lo:hi].clone(), verified[0], None, 0
+            state, logits, node, accepted = real, verified[0], None, 0
             while (state == mask).any():
-                tokens, conf = greedy_confidence(logits, self.cfg.confidence)
-                commit = policy.select(conf, state == mask, step + accepted + 1)
-                true_next = torch.where(commit, tokens, state)
-                options = self.graph.roots if node is None else self.children[node]
+                scores = self.scores(logits)  # also the next certain step's, if none matches
+                true_next = self.policy_step(state, scores, policy, step + accepted + 1)
+                options = self.roots if node is None else self.children[node]
                 match = next(
                     (k for k in options if k in states and torch.equal(states[k], true_next)),
                     None,

@@ -70,10 +70,26 @@ class BlockDecoder:
 
     def __init__(self, target: MaskedDiffusionLM, cfg: SpatialConfig):
         self.target, self.cfg = target, cfg
-        target.prefix_cache = cfg.prefix_cache
         # called after every step with (the block after it, the logits it used, block start);
         # Spiffy's calibration records the decoding through it
         self.observe: Callable[[torch.Tensor, torch.Tensor, int], None] | None = None
+
+    @property
+    def approximate_cache(self) -> bool:
+        """Whether this decoder reads the target through a prefix cache that is not exact."""
+        return self.cfg.prefix_cache and not self.target.exact_prefix_cache
+
+    def scores(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each position's greedy token and confidence: what a policy ranks."""
+        return greedy_confidence(logits, self.cfg.confidence)
+
+    def policy_step(
+        self, state: torch.Tensor, scores: tuple, policy: Policy, step: int
+    ) -> torch.Tensor:
+        """The block after the policy's step `step` on `scores`: the vanilla decoder's move."""
+        tokens, conf = scores
+        commit = policy.select(conf, state == self.target.mask_id, step)
+        return torch.where(commit, tokens, state)
 
     def verify_call(self, canvas: torch.Tensor, lo: int, hi: int, rows: int) -> torch.Tensor:
         """One forward as this decoder's verification makes it, over `rows` states of the
@@ -94,6 +110,7 @@ class BlockDecoder:
         stop: Stop | None = None,
     ) -> Generation:
         target = self.target
+        target.prefix_cache = self.cfg.prefix_cache  # the arms share the model
         stop = stop or Stop(frozenset(target.eos_token_ids))
         policy = make_policy(self.cfg, self.steps_per_block(max_new_tokens))
         clock = Stopwatch(target.device)
@@ -131,9 +148,7 @@ class BlockDecoder:
         block = canvas[0, lo:hi]  # a view: committing writes into the canvas
         for step in range(hi - lo):
             logits = self.target.canvas_logits(canvas, lo, hi)[0]
-            tokens, conf = greedy_confidence(logits, self.cfg.confidence)
-            commit = policy.select(conf, block == self.target.mask_id, step)
-            block[commit] = tokens[commit]
+            block[:] = self.policy_step(block, self.scores(logits), policy, step)
             if self.observe:
                 self.observe(block.clone(), logits, lo)
             if not (block == self.target.mask_id).any() or scan(canvas):
