@@ -124,6 +124,20 @@ def _same_tokenizer(a: Any, b: Any, extra_ok: bool = False) -> str | None:
     return None
 
 
+def _check_drafter_vocabulary(drafter: Any, target_tokens: int) -> None:
+    """A diffusion drafter scores every target token: its logits must cover the target's
+    vocabulary (MDLM-OWT's 50258 = GPT-2's 50257 + the mask)."""
+    config = loading.check_diffusion_checkpoint(drafter, "drafter")
+    size = loading.vocabulary_size(config)
+    if size is not None and size < target_tokens:
+        raise ConfigError(
+            "drafter",
+            drafter.name,
+            f"its {size} logits do not cover the target tokenizer's {target_tokens} tokens; "
+            "allowed: a drafter over the target's vocabulary",
+        )
+
+
 def prepare(cfg: DictConfig) -> Plan:
     """Validate everything that can be checked without weights; raise ConfigError otherwise."""
     discover()
@@ -141,6 +155,8 @@ def prepare(cfg: DictConfig) -> Plan:
         )
     _check_model(cfg.target, "target")
     method.check_target(cfg.method, cfg.target)
+    if cfg.target.kind == "diffusion":
+        loading.check_diffusion_checkpoint(cfg.target, "target")
     if method.needs_drafter:
         if cfg.drafter.name_or_path is None:
             raise ConfigError(
@@ -179,6 +195,8 @@ def prepare(cfg: DictConfig) -> Plan:
             )
         if method.drafter_kind == "causal":  # a diffusion drafter left-truncates its prefix
             contexts.append(("drafter", loading.context_length(cfg.drafter, "drafter")))
+        else:
+            _check_drafter_vocabulary(cfg.drafter, len(tokenizer))
 
     if cfg.task.name not in TASKS:
         raise ConfigError("task", cfg.task.name, f"allowed: {', '.join(sorted(TASKS))}")

@@ -14,15 +14,20 @@ the block. Adapters:
   block (plus, in the first, the tokens verified since the last draft).
   As a decoded model it is a block-diffusion LM: the canvas after the current block is not fed
   (its block-causal form never lets a block see later positions), and the prefix cache is exact.
-* `mdlm`: kuleshov-group/mdlm-owt style models (`forward(input_ids, timesteps)`, bidirectional,
-  no cache, time conditioning off so sigma is 0): every step reads prefix and block together.
-* `dream`: Dream-org/Dream-v0-*-7B (full attention, no cache): its logits at position i predict
-  the token at i + 1, as an AR model's do, so a block position j is read from row j - 1 (the
-  right shift of Dream's own generate).
-* `llada`: GSAI-ML/LLaDA-8B-* and LLaDA-1.5 (full attention, no shift, mask 126336): a position's
-  logits are read from its own row. Its optional prefix cache is Fast-dLLM's: at a block's first
-  forward the keys and values of every position before the block are kept and reused for the
-  rest of the block, although the block's tokens change under them, so it is approximate.
+* `mdlm`: kuleshov-group/mdlm-owt through the native class (`forward(input_ids, timesteps)`,
+  bidirectional, no cache): every step reads prefix and block together.
+* `llada`, `dream`: GSAI-ML/LLaDA-8B-*, LLaDA-1.5 and Dream-org/Dream-v0-*-7B through the native
+  classes (`specbench.models.native`): full attention over the canvas. LLaDA reads a position's
+  logits from its own row; Dream's row i predicts position i + 1, as an AR model's does, so a
+  block position j is read from row j - 1 (the right shift of Dream's own generate). Their
+  optional prefix cache is Fast-dLLM's: at a block's first forward the keys and values of every
+  position before the block are kept and reused for the rest of the block, although the block's
+  tokens change under them, so it is approximate; later steps feed the canvas from the block on
+  (Dream: from the row before it, which predicts the block's first position).
+
+A decoded model's logits reach the decoders as the model computed them (its dtype, the mask
+token included), because the reference decoders rank them that way; a drafter's go through
+SUBS (the mask token gets no mass).
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import AutoModel, AutoModelForMaskedLM, PreTrainedModel
+from transformers import AutoModel, PreTrainedModel
 
+import specbench.models.native  # noqa: F401  (registers LLaDA, Dream and MDLM with AutoModel)
 from specbench.models.tiny.dlm import PrefixCache, subs_parameterise
 
 
@@ -41,6 +47,7 @@ class MaskedDiffusionLM:
 
     # whether `prefix_cache` is available, and whether its logits equal uncached ones
     supports_prefix_cache = False
+    supports_dual_cache = False
     exact_prefix_cache = False
     # whether `tree_logits` reads the drafts in one sequence under a custom attention mask
     # (otherwise as batch rows of one forward, the same logits in exact arithmetic)
@@ -51,14 +58,20 @@ class MaskedDiffusionLM:
         self.mask_id = mask_id
         self.context = context
         self.name = name
-        self.device = model.get_input_embeddings().weight.device
+        self.device = next(model.parameters()).device
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.eos_token_ids: set[int] = set()  # set by the loader from the tokenizer
         self.tokenizer = None  # set by the loader for a decoded model
         self.prefix_cache = False
+        self.dual_cache = False  # Fast-dLLM's DualCache: the suffix's keys and values kept too
         self.calls = 0
         self.positions = 0
         self.reset()
+
+    def reference(self, policy: str) -> str:
+        """Whose decoding code `policy`'s confidences follow on this model (policies.py):
+        LLaDA's `generate` for the quota policy, Fast-dLLM's for the others."""
+        return "llada" if policy == "quota" else "fast_dllm"
 
     @property
     def approximate_cache(self) -> bool:
@@ -84,10 +97,10 @@ class MaskedDiffusionLM:
 
     @torch.inference_mode()
     def canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
-        """float32 [B, hi - lo, V] logits of positions lo..hi-1 of each canvas row ([B, L] ids;
-        rows equal before `lo`), one forward; the mask token gets no mass."""
+        """[B, hi - lo, V] logits of positions lo..hi-1 of each canvas row ([B, L] ids; rows
+        equal before `lo`), one forward, in the model's dtype."""
         self.calls += 1
-        return self._no_mask(self._canvas_logits(canvas, lo, hi))
+        return self._canvas_logits(canvas, lo, hi)
 
     @torch.inference_mode()
     def tree_logits(
@@ -98,15 +111,10 @@ class MaskedDiffusionLM:
         not the real block; the real tokens never see a draft."""
         if self.tree_attention:
             self.calls += 1
-            return self._no_mask(self._tree_logits(canvas, lo, hi, drafts))
+            return self._tree_logits(canvas, lo, hi, drafts)
         batch = canvas.expand(1 + len(drafts), -1).clone()
         batch[1:, lo:hi] = drafts
         return self.canvas_logits(batch, lo, hi)
-
-    def _no_mask(self, logits: torch.Tensor) -> torch.Tensor:
-        logits = logits[..., : self.vocab_size].float()
-        logits[..., self.mask_id] = float("-inf")
-        return logits
 
     def _canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} cannot be a decoded model")
@@ -147,7 +155,11 @@ class TinyDiffusionLM(MaskedDiffusionLM):
         if not self.prefix_cache:
             self.reset()
         self.set_prefix(canvas[0, :lo].tolist())
-        return self._blocks(canvas[:, lo:hi], subs=False)
+        return self._no_mask(self._blocks(canvas[:, lo:hi], subs=False))
+
+    def _no_mask(self, logits: torch.Tensor) -> torch.Tensor:
+        """TinyDLM is trained with SUBS: its mask token is never a prediction."""
+        return logits.index_fill(-1, torch.tensor([self.mask_id], device=self.device), -torch.inf)
 
     def _blocks(self, blocks: torch.Tensor, subs: bool) -> torch.Tensor:
         """One forward over the prefix tokens not yet cached (causal among themselves) and each
@@ -210,7 +222,7 @@ class TinyDiffusionLM(MaskedDiffusionLM):
             self.cache, self.cached = PrefixCache(kv=kept, last=last), list(self.prefix)
         rows = hidden[0, len(pending) :].reshape(1 + len(drafts), n, -1)
         before = torch.cat([last[0].expand(len(rows), 1, -1), rows[:, :-1]], dim=1)
-        return self.model.lm_head(before)
+        return self._no_mask(self.model.lm_head(before))
 
 
 def tree_mask(
@@ -238,8 +250,8 @@ class MDLMDiffusionLM(MaskedDiffusionLM):
         ids = self._tensor(self.prefix + block)
         sigma = torch.zeros(1, device=self.device)  # MDLM-OWT: time conditioning off
         self.calls += 1
-        logits = self.model(ids, sigma).logits[0, len(self.prefix) :].float()
-        logits = logits[:, : self.vocab_size]
+        self.positions += ids.shape[1]
+        logits = self.model(ids, timesteps=sigma).logits[0, len(self.prefix) :].float()
         if subs:
             logits = subs_parameterise(logits, ids[0, len(self.prefix) :], self.mask_id)
         return logits
@@ -247,35 +259,37 @@ class MDLMDiffusionLM(MaskedDiffusionLM):
     def _canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
         self.positions += canvas.numel()
         sigma = torch.zeros(canvas.shape[0], device=self.device)
-        return self.model(canvas, sigma).logits[:, lo:hi]
+        return self.model(canvas, timesteps=sigma).logits[:, lo:hi]
 
 
-class DreamDiffusionLM(MaskedDiffusionLM):
-    @torch.inference_mode()
-    def block_logits(self, block: list[int], subs: bool = True) -> torch.Tensor:
-        if not self.prefix:
-            raise ValueError("the dream adapter reads a block position from the one before it")
-        ids = self._tensor(self.prefix + block)
-        self.calls += 1
-        start = len(self.prefix) - 1  # row start predicts the first block position
-        logits = self.model(ids).logits[0, start : start + len(block)].float()
-        if subs:
-            logits = subs_parameterise(logits, ids[0, len(self.prefix) :], self.mask_id)
-        return logits
+class NativeDiffusionLM(MaskedDiffusionLM):
+    """LLaDA and Dream on the native classes. `shift` is how many rows before a position its
+    logits are read from (Dream 1, LLaDA 0).
 
-    def _canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
-        self.positions += canvas.numel()
-        return self.model(canvas).logits[:, lo - 1 : hi - 1]
+    Under a cache, a block's first forward reads the whole canvas and keeps (from row 0) the
+    keys and values outside the window later steps feed: the window is the block's rows
+    (from `lo - shift`) to the end of the canvas under the prefix cache, or to the block's end
+    under Fast-dLLM's dual cache, which keeps the stale suffix too."""
 
-
-class LLaDADiffusionLM(MaskedDiffusionLM):
     supports_prefix_cache = True
+    supports_dual_cache = True
+    shift = 0
+
+    @property
+    def tree_attention(self) -> bool:
+        """One sequence for every draft only over a cache: without it a draft's prefix rows
+        would have to see the draft, i.e. a whole canvas per draft."""
+        return self.prefix_cache
 
     @torch.inference_mode()
     def block_logits(self, block: list[int], subs: bool = True) -> torch.Tensor:
+        if self.shift and not self.prefix:
+            raise ValueError("dream reads a block position from the row before it: no prefix")
         ids = self._tensor(self.prefix + block)
         self.calls += 1
-        logits = self.model(ids).logits[0, len(self.prefix) :].float()
+        self.positions += ids.shape[1]
+        start = len(self.prefix) - self.shift
+        logits = self.model(ids).logits[0, start : start + len(block)].float()
         if subs:
             logits = subs_parameterise(logits, ids[0, len(self.prefix) :], self.mask_id)
         return logits
@@ -283,28 +297,72 @@ class LLaDADiffusionLM(MaskedDiffusionLM):
     def reset(self) -> None:
         super().reset()
         self.block_start: int | None = None
-        self.past: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.past: tuple = ()
+
+    def _window(self, canvas: torch.Tensor, lo: int, hi: int) -> tuple[int, int]:
+        return lo - self.shift, hi if self.dual_cache else canvas.shape[1]
 
     def _canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
-        """Without the cache every call reads the whole canvas. With it, a block's first call
-        does too and keeps the keys and values before the block; later calls feed the canvas
-        from the block on (Fast-dLLM's prefix cache, LLaDA's `past_key_values` tuples)."""
-        rows = canvas.shape[0]
-        if not self.prefix_cache or self.block_start != lo:
-            self.positions += canvas.numel()
-            out = self.model(canvas, use_cache=self.prefix_cache)
-            if self.prefix_cache:
-                self.block_start = lo
-                self.past = [(k[:1, :, :lo], v[:1, :, :lo]) for k, v in out.past_key_values]
-            return out.logits[:, lo:hi]
-        self.positions += rows * (canvas.shape[1] - lo)
-        past = [(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in self.past]
-        return self.model(canvas[:, lo:], past_key_values=past).logits[:, : hi - lo]
+        start, end = self._window(canvas, lo, hi)
+        if self.prefix_cache and self.block_start == lo:
+            window = canvas[:, start:end]
+            positions = torch.arange(start, end, device=self.device)[None]
+            return self._over_cache(window, positions, None)[:, : hi - lo]
+        self.positions += canvas.numel()
+        out = self.model(canvas, use_cache=self.prefix_cache)
+        if self.prefix_cache:
+            self.block_start = lo
+            self.past = tuple(
+                tuple(torch.cat([t[:1, :, :start], t[:1, :, end:]], dim=2) for t in layer)
+                for layer in out.past_key_values
+            )
+        return out.logits[:, start : hi - self.shift]
+
+    def _over_cache(
+        self, window: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Logits of `window` ([B, n] ids at `positions`) read over the cached keys."""
+        self.positions += window.numel()
+        rows = window.shape[0]
+        past = tuple(tuple(t.expand(rows, -1, -1, -1) for t in layer) for layer in self.past)
+        return self.model(
+            window, attention_mask=mask, position_ids=positions, past_key_values=past
+        ).logits
+
+    def _tree_logits(
+        self, canvas: torch.Tensor, lo: int, hi: int, drafts: torch.Tensor
+    ) -> torch.Tensor:
+        """One sequence over the cache: the real window, then a copy of it per draft with the
+        draft in the block, each copy at the window's positions and seeing the cache and
+        itself only."""
+        if self.block_start != lo:
+            self.canvas_logits(canvas[:1], lo, hi)  # the block's first forward fills the cache
+        start, end = self._window(canvas, lo, hi)
+        copies = canvas[:1, start:end].repeat(1 + len(drafts), 1)
+        copies[1:, self.shift : self.shift + hi - lo] = drafts
+        n, cached = copies.shape[1], self.past[0][0].shape[2]
+        segment = torch.arange(len(copies), device=self.device).repeat_interleave(n)
+        sees_cache = torch.ones(len(segment), cached, dtype=torch.bool, device=self.device)
+        mask = torch.cat([sees_cache, segment[:, None] == segment[None, :]], dim=1)
+        positions = torch.arange(start, end, device=self.device).repeat(len(copies))
+        logits = self._over_cache(copies.reshape(1, -1), positions[None], mask[None, None])
+        return logits.reshape(len(copies), n, -1)[:, : hi - lo]
+
+
+class LLaDADiffusionLM(NativeDiffusionLM):
+    shift = 0
+
+
+class DreamDiffusionLM(NativeDiffusionLM):
+    shift = 1
+
+    def reference(self, policy: str) -> str:
+        return "dream"  # Dream's and Fast-dLLM's Dream code both score with `sample_tokens`
 
 
 ADAPTERS: dict[str, tuple[type[MaskedDiffusionLM], Any]] = {
     "tiny": (TinyDiffusionLM, AutoModel),
-    "mdlm": (MDLMDiffusionLM, AutoModelForMaskedLM),
+    "mdlm": (MDLMDiffusionLM, AutoModel),
     "dream": (DreamDiffusionLM, AutoModel),
     "llada": (LLaDADiffusionLM, AutoModel),
 }

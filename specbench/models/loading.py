@@ -80,6 +80,50 @@ def context_length(cfg: ModelConfig, key: str) -> int | None:
     return max_positions(config)
 
 
+# the model types each diffusion adapter drives: the hub checkpoints' own, loaded by the native
+# classes; `specbench-*` are the tiny world's and the random-init stand-ins'
+MODEL_TYPES = {
+    "tiny": ("specbench-tiny-dlm",),
+    "llada": ("llada",),
+    "dream": ("Dream",),
+    "mdlm": ("mdlm",),
+}
+
+
+def checkpoint_config(cfg: ModelConfig, key: str) -> dict:
+    """The checkpoint's config.json as a dict (no weights, no remote code)."""
+    config, _ = PretrainedConfig.get_config_dict(resolve(cfg, key), revision=cfg.revision)
+    return config
+
+
+def check_diffusion_checkpoint(cfg: ModelConfig, key: str) -> dict:
+    """One line, before any weight loads, for a checkpoint its adapter cannot drive: a model type
+    specbench has no native class for, or a mask id that contradicts the checkpoint's."""
+    config = checkpoint_config(cfg, key)
+    model_type = config.get("model_type")
+    if model_type not in MODEL_TYPES[cfg.adapter]:
+        known = ", ".join(f"{t} ({a})" for a, types in MODEL_TYPES.items() for t in types)
+        raise ConfigError(
+            f"{key}.name_or_path",
+            cfg.name_or_path,
+            f"has model_type {model_type!r}, which adapter {cfg.adapter} cannot drive "
+            f"(remote code is not run); supported model types: {known}",
+        )
+    own = config.get("mask_token_id")
+    if cfg.mask_token_id is not None and own is not None and own != cfg.mask_token_id:
+        raise ConfigError(
+            f"{key}.mask_token_id",
+            cfg.mask_token_id,
+            f"the checkpoint's config says {own}; set {key}.mask_token_id={own} or null",
+        )
+    return config
+
+
+def vocabulary_size(config: dict) -> int | None:
+    """The number of logits a checkpoint's forward returns (LLaDA pads to `embedding_size`)."""
+    return config.get("embedding_size") or config.get("vocab_size")
+
+
 def max_positions(config: PretrainedConfig) -> int | None:
     text = config.get_text_config()
     for attr in ("max_position_embeddings", "n_positions", "n_ctx", "seq_length"):

@@ -5,8 +5,9 @@ masked, so PSD can replay it on the verifier's outputs (and on stale confidences
 
 * `quota` — LLaDA's low-confidence remasking: a fixed number of the most confident positions per
   step. `schedule=llada` splits the block evenly over its steps (remainder to the earliest);
-  `schedule=dream` reveals `int(n_masked * (1 - s/t))` on Dream's linear time grid. Both commit at
-  least one token per step: a step that commits nothing would only spend a forward.
+  `schedule=dream` reveals `int(n_masked * (1 - s/t))` on Dream's linear time grid (float32, as
+  Dream computes it), which can be 0: such a step spends its forward and commits nothing, as in
+  Dream. Either way a block takes exactly its `steps` forwards, the last one committing the rest.
 * `threshold` — Fast-dLLM: every position with confidence >= `threshold`, and always the single
   most confident one.
 * `dynamic` — Fast-dLLM's factor rule: sort confidences c(1) >= c(2) >= ...; commit the longest
@@ -16,8 +17,17 @@ masked, so PSD can replay it on the verifier's outputs (and on stale confidences
   masked position within `window` positions of an anchor is committed as well when its
   confidence is >= `relaxed_threshold`; with no anchor, the single most confident position.
 
-Confidence (Dream's `alg`): `maskgit_plus` = top-1 probability, `topk_margin` = top-1 minus top-2,
-`entropy` = negative entropy of the position's distribution.
+Confidence (Dream's `alg`): `maskgit_plus` = top-1 probability (LLaDA's `low_confidence`),
+`topk_margin` = top-1 minus top-2, `entropy` = negative entropy of the position's distribution.
+Each is computed as the reference code of the decoded model's family computes it
+(`MaskedDiffusionLM.reference`), because on bf16 checkpoints the softmax's dtype and the source
+of the greedy token decide near-ties:
+* `llada` (LLaDA's `generate`, the quota policy on LLaDA and the tiny world): token = argmax of
+  the logits, softmax in the logits' dtype over the whole vocabulary (mask token included);
+* `fast_dllm` (Fast-dLLM's `get_transfer_index`: every other policy on LLaDA): token = argmax
+  of the logits, softmax in float64;
+* `dream` (Dream's `sample_tokens`, every policy on Dream): softmax in the logits' dtype, token
+  and top-1 from `probs.max`, entropy as sum p * log(p + 1e-10).
 """
 
 from __future__ import annotations
@@ -50,7 +60,8 @@ class SpatialConfig:
     factor: float = 1.0  # dynamic
     relaxed_threshold: float = 0.7  # localleap
     window: int = 2  # localleap
-    prefix_cache: bool = False
+    prefix_cache: bool = False  # Fast-dLLM's prefix cache (approximate)
+    dual_cache: bool = False  # Fast-dLLM's DualCache: the suffix's keys and values kept too
 
 
 def check_spatial(cfg: SpatialConfig) -> None:
@@ -81,13 +92,26 @@ def check_spatial(cfg: SpatialConfig) -> None:
 
 
 def check_cache(cfg: SpatialConfig, target: ModelConfig) -> None:
-    """A prefix cache only where the adapter has one (Dream's and MDLM's have none)."""
+    """A prefix cache only where the adapter has one (MDLM's has none); the dual cache extends
+    the prefix cache."""
+    if cfg.dual_cache and not cfg.prefix_cache:
+        raise ConfigError(
+            "method.dual_cache",
+            cfg.dual_cache,
+            "keeps the prefix cache too; set method.prefix_cache=true",
+        )
     wrapper = ADAPTERS[target.adapter][0]
     if cfg.prefix_cache and not wrapper.supports_prefix_cache:
         raise ConfigError(
             "method.prefix_cache",
             cfg.prefix_cache,
             f"adapter {target.adapter} has no prefix cache; allowed: false",
+        )
+    if cfg.dual_cache and not wrapper.supports_dual_cache:
+        raise ConfigError(
+            "method.dual_cache",
+            cfg.dual_cache,
+            f"adapter {target.adapter} reads no suffix to cache; allowed: false",
         )
 
 
@@ -96,28 +120,48 @@ def one_token_per_step(cfg: SpatialConfig) -> bool:
     return cfg.policy == "quota" and cfg.steps is None
 
 
-def greedy_confidence(logits: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each position's greedy token and its confidence, from float32 logits [n, V]."""
-    probs = logits.double().softmax(-1)
-    top = probs.topk(2, dim=-1)
-    tokens = top.indices[:, 0]
+def greedy_confidence(
+    logits: torch.Tensor, kind: str, reference: str = "llada"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each position's greedy token and its confidence from logits [n, V] in the model's dtype,
+    as `reference`'s code computes them."""
+    if reference == "dream":
+        probs = logits.softmax(-1)
+        top1, tokens = probs.max(-1)
+    else:
+        tokens = logits.argmax(-1)
+        probs = (logits.double() if reference == "fast_dllm" else logits).softmax(-1)
+        top1 = probs.gather(-1, tokens[:, None])[:, 0]
     if kind == "maskgit_plus":
-        return tokens, top.values[:, 0]
+        return tokens, top1
     if kind == "topk_margin":
-        return tokens, top.values[:, 0] - top.values[:, 1]
-    return tokens, (probs * probs.clamp_min(1e-300).log()).sum(-1)
+        top2 = probs.topk(2, dim=-1).values
+        return tokens, top2[:, 0] - top2[:, 1]
+    return tokens, (probs * (probs + 1e-10).log()).sum(-1)
 
 
 class Policy(Protocol):
+    # forwards per block when fixed (quota); None: until the block has no mask
+    steps: int | None
+
     def select(self, conf: torch.Tensor, masked: torch.Tensor, step: int) -> torch.Tensor:
         """Boolean [n]: the masked positions to commit at `step` (0-based within the block)."""
         ...
 
 
 def _top(conf: torch.Tensor, masked: torch.Tensor, n: int) -> torch.Tensor:
-    n = max(1, min(n, int(masked.sum())))
+    """The `n` most confident masked positions (none when n is 0)."""
+    n = min(n, int(masked.sum()))
     chosen = conf.masked_fill(~masked, float("-inf")).topk(n).indices
     return torch.zeros_like(masked).index_fill_(0, chosen, True)
+
+
+DREAM_EPS = 1e-3
+
+
+def dream_grid(steps: int) -> torch.Tensor:
+    """Dream's time grid, float32 as `diffusion_generate` builds it."""
+    return torch.linspace(1, DREAM_EPS, steps + 1)
 
 
 @dataclass
@@ -125,13 +169,18 @@ class Quota:
     steps: int  # per block
     schedule: str
 
+    def __post_init__(self) -> None:
+        self.grid = dream_grid(self.steps) if self.schedule == "dream" else None
+
     def count(self, block: int, n_masked: int, step: int) -> int:
+        """LLaDA: the block's masks split evenly over the steps, the remainder to the earliest
+        (`get_num_transfer_tokens`); Dream: int(n_masked * (1 - s / t)) in float32 tensors."""
         if step >= self.steps - 1:
             return n_masked
-        if self.schedule == "llada":
+        if self.grid is None:
             return block // self.steps + (step < block % self.steps)
-        t, s = (1 - (1 - 1e-3) * i / self.steps for i in (step, step + 1))
-        return int(n_masked * (1 - s / t))
+        t, s = self.grid[step], self.grid[step + 1]
+        return int(torch.tensor(n_masked, dtype=torch.float32) * (1 - s / t))
 
     def select(self, conf: torch.Tensor, masked: torch.Tensor, step: int) -> torch.Tensor:
         return _top(conf, masked, self.count(len(conf), int(masked.sum()), step))
@@ -140,6 +189,7 @@ class Quota:
 @dataclass
 class Threshold:
     threshold: float
+    steps = None
 
     def select(self, conf: torch.Tensor, masked: torch.Tensor, step: int) -> torch.Tensor:
         return (masked & (conf >= self.threshold)) | _top(conf, masked, 1)
@@ -148,12 +198,13 @@ class Threshold:
 @dataclass
 class Dynamic:
     factor: float
+    steps = None
 
     def select(self, conf: torch.Tensor, masked: torch.Tensor, step: int) -> torch.Tensor:
         ranked = conf[masked].sort(descending=True).values
         ranks = torch.arange(1, len(ranked) + 1, device=conf.device, dtype=ranked.dtype)
         ok = (ranked >= 1 - self.factor / (ranks + 1)).long().cumprod(0)
-        return _top(conf, masked, int(ok.sum()))
+        return _top(conf, masked, max(1, int(ok.sum())))
 
 
 @dataclass
@@ -161,6 +212,7 @@ class LocalLeap:
     threshold: float
     relaxed: float
     window: int
+    steps = None
 
     def select(self, conf: torch.Tensor, masked: torch.Tensor, step: int) -> torch.Tensor:
         anchors = masked & (conf >= self.threshold)

@@ -47,11 +47,17 @@ log = logging.getLogger(__name__)
 VOCAB_RANKS = 32  # a node naming a token ranked lower than this at its position is never kept
 
 
-def rankings(logits: torch.Tensor, masked: torch.Tensor, conf: torch.Tensor) -> tuple:
+def real_log_probs(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """Log-probabilities over real tokens: a draft never proposes the mask token."""
+    mask = torch.tensor([mask_id], device=logits.device)
+    return logits.float().index_fill(-1, mask, float("-inf")).log_softmax(-1)
+
+
+def rankings(log_probs: torch.Tensor, masked: torch.Tensor, conf: torch.Tensor) -> tuple:
     """The masked positions by descending confidence, and each position's `VOCAB_RANKS` most
-    likely tokens in order (the same function ranks for calibration and for decoding)."""
+    likely real tokens in order (the same function ranks for calibration and for decoding)."""
     positions = conf.masked_fill(~masked, float("-inf")).argsort(descending=True, stable=True)
-    tokens = logits.topk(min(VOCAB_RANKS, logits.shape[-1]), dim=-1).indices
+    tokens = log_probs.topk(min(VOCAB_RANKS, log_probs.shape[-1]), dim=-1).indices
     return positions[: int(masked.sum())], tokens
 
 
@@ -71,8 +77,8 @@ class SpiffyDecoder(BlockDecoder):
     ) -> dict[int, torch.Tensor]:
         """Each node that fits the block as a concrete state, pruned to the `keep` best by the
         geometric mean of its tokens' probabilities, each kept node having a kept parent."""
-        positions, tokens = rankings(logits, state == self.target.mask_id, conf)
-        log_probs = logits.log_softmax(-1)
+        log_probs = real_log_probs(logits, self.target.mask_id)
+        positions, tokens = rankings(log_probs, state == self.target.mask_id, conf)
         states, scores = {}, {}
         for k, node in enumerate(self.graph.nodes):
             if any(i >= len(positions) or j >= tokens.shape[1] for i, j in node.pairs):
@@ -208,8 +214,9 @@ def calibrate(target: MaskedDiffusionLM, cfg: SpiffyConfig, prompts: list[list[i
     steps: list[tuple[torch.Tensor, tuple, int]] = []  # (block after the step, rankings, start)
 
     def observe(state: torch.Tensor, logits: torch.Tensor, block: int) -> None:
-        _, conf = greedy_confidence(logits, cfg.confidence)
-        steps.append((state, rankings(logits, state == target.mask_id, conf), block))
+        _, conf = greedy_confidence(logits, cfg.confidence, target.reference(cfg.policy))
+        log_probs = real_log_probs(logits, target.mask_id)
+        steps.append((state, rankings(log_probs, state == target.mask_id, conf), block))
 
     decoder.observe = observe
     counts: Counter[Node] = Counter()

@@ -81,7 +81,8 @@ class BlockDecoder:
 
     def scores(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each position's greedy token and confidence: what a policy ranks."""
-        return greedy_confidence(logits, self.cfg.confidence)
+        reference = self.target.reference(self.cfg.policy)
+        return greedy_confidence(logits, self.cfg.confidence, reference)
 
     def policy_step(
         self, state: torch.Tensor, scores: tuple, policy: Policy, step: int
@@ -111,6 +112,7 @@ class BlockDecoder:
     ) -> Generation:
         target = self.target
         target.prefix_cache = self.cfg.prefix_cache  # the arms share the model
+        target.dual_cache = self.cfg.dual_cache
         stop = stop or Stop(frozenset(target.eos_token_ids))
         policy = make_policy(self.cfg, self.steps_per_block(max_new_tokens))
         clock = Stopwatch(target.device)
@@ -144,9 +146,10 @@ class BlockDecoder:
     def decode_block(
         self, canvas: torch.Tensor, lo: int, hi: int, policy: Policy, trace: Trace, scan: StopScan
     ) -> None:
-        """One forward per step until the block has no mask left or the output is complete."""
+        """One forward per step: a fixed-step policy's steps, or until the block has no mask
+        left; sooner once the output is complete."""
         block = canvas[0, lo:hi]  # a view: committing writes into the canvas
-        for step in range(hi - lo):
+        for step in range(policy.steps or hi - lo):
             logits = self.target.canvas_logits(canvas, lo, hi)[0]
             block[:] = self.policy_step(block, self.scores(logits), policy, step)
             if self.observe:
@@ -174,7 +177,10 @@ def vanilla(cfg: SpatialConfig, target: MaskedDiffusionLM) -> BlockDecoder:
     """The baseline of `dllm`: one token per step (LLaDA with steps = gen length), under the
     same block length, confidence and cache, so the speedup is what the policy buys."""
     one = DLLMConfig(
-        block_length=cfg.block_length, confidence=cfg.confidence, prefix_cache=cfg.prefix_cache
+        block_length=cfg.block_length,
+        confidence=cfg.confidence,
+        prefix_cache=cfg.prefix_cache,
+        dual_cache=cfg.dual_cache,
     )
     return BlockDecoder(target, one)
 
