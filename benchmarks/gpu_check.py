@@ -1,7 +1,8 @@
 """The GPU check, sized to 8 minutes: one cell of every method on the tiny world on a CUDA
 device (run.device=cuda, bfloat16), each with its measured speedup, the cost model's
-prediction and the gap, then the same table for the CPU numbers in results/reference to
-compare. Cells start only while the budget lasts; the rest are listed as skipped.
+prediction and the gap, then one cell per native diffusion family (random-init LLaDA and
+Dream decoded by PSD and dllm under Fast-dLLM's caches, MDLM drafting for SpecDiff) in bf16.
+Cells start only while the budget lasts; the rest are listed as skipped.
 
     python benchmarks/gpu_check.py --budget 480 --results "$OUT/gpu"
 """
@@ -20,6 +21,21 @@ from specbench.registry import discover
 from specbench.run import execute, prepare
 
 CELLS = {name: cell for name, cell in METHOD_CELLS.items() if name != "ar"}
+NATIVE = ["drafter=none", "run.max_new_tokens=64"]
+CELLS.update(
+    {
+        "llada-psd": [*NATIVE, "target=random-llada", "method=psd", "method.prefix_cache=true"],
+        "dream-dllm": [
+            *NATIVE,
+            "target=random-dream",
+            "method=dllm",
+            "method.policy=threshold",
+            "method.prefix_cache=true",
+            "method.dual_cache=true",
+        ],
+        "mdlm-specdiff": ["method=specdiff", "drafter=random-mdlm"],
+    }
+)
 SECONDS_PER_CELL = 60  # a cell of 20 samples with its calibration, warm-up and cost timing
 
 

@@ -200,36 +200,37 @@ def test_threshold_dynamic_and_localleap_follow_their_definitions() -> None:
     assert chosen(LocalLeap(0.99, 0.4, 2).select(conf, masked, 0)) == [1]  # no anchor: top-1
 
 
-def test_confidences_are_dreams_three_scores() -> None:
-    logits = torch.tensor([[2.0, 1.0, 0.0]])
-    probs = logits.softmax(-1).double()
-    token, top1 = greedy_confidence(logits, "maskgit_plus")
-    assert token.item() == 0 and top1.item() == pytest.approx(probs[0, 0].item())
-    _, margin = greedy_confidence(logits, "topk_margin")
-    assert margin.item() == pytest.approx((probs[0, 0] - probs[0, 1]).item())
-    _, neg_entropy = greedy_confidence(logits, "entropy")
-    assert neg_entropy.item() == pytest.approx((probs * probs.log()).sum().item())
+@pytest.mark.parametrize("reference", ["llada", "fast_dllm", "dream"])
+def test_confidences_are_dreams_three_scores_in_each_references_dtype(reference) -> None:
+    logits = torch.tensor([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0]])
+    dtype = torch.float64 if reference == "fast_dllm" else torch.float32
+    probs = logits.to(dtype).softmax(-1)
+    token, top1 = greedy_confidence(logits, "maskgit_plus", reference)
+    assert token.tolist() == [0, 1] and top1.dtype == dtype
+    assert torch.equal(top1, probs.max(-1).values)
+    _, margin = greedy_confidence(logits, "topk_margin", reference)
+    top2 = probs.sort(-1, descending=True).values
+    assert torch.equal(margin, top2[:, 0] - top2[:, 1])
+    _, neg_entropy = greedy_confidence(logits, "entropy", reference)
+    assert torch.allclose(neg_entropy, (probs * (probs + 1e-10).log()).sum(-1), atol=0, rtol=1e-6)
 
 
-def test_llada_adapter_reads_its_own_row_with_the_config_mask() -> None:
+def test_llada_adapter_reads_its_own_row_as_the_model_computed_it() -> None:
     llada = load("random-llada", "llada")
     tokenizer = AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")
     assert llada.mask_id == llada.model.config.mask_token_id == tokenizer.mask_token_id
     canvas = torch.tensor([[5, 6, 7, 8] + [llada.mask_id] * 8])
     got = llada.canvas_logits(canvas, 4, 8)
-    raw = llada.model(canvas).logits[:, 4:8]
-    assert torch.isinf(got[..., llada.mask_id]).all()
-    keep = torch.arange(llada.vocab_size) != llada.mask_id
-    assert torch.equal(got[..., keep], raw[..., keep])
+    assert torch.equal(got, llada.model(canvas).logits[:, 4:8])  # the mask token included
 
 
 def test_llada_prefix_cache_is_fast_dllms_stale_prefix() -> None:
     llada = load("random-llada", "llada")
     llada.prefix_cache = True
+    llada.reset()
     canvas = torch.tensor([[5, 6, 7, 8] + [llada.mask_id] * 8])
-    keep = torch.arange(llada.vocab_size) != llada.mask_id
     first = llada.canvas_logits(canvas, 4, 8)  # a block's first forward reads the whole canvas
-    assert torch.equal(first[..., keep], llada.model(canvas).logits[:, 4:8][..., keep])
+    assert torch.equal(first, llada.model(canvas).logits[:, 4:8])
     stale = llada.model(canvas, use_cache=True).past_key_values
     later = canvas.clone().repeat(2, 1)
     later[0, 4], later[1, 5] = 9, 10  # the block changes under the cached prefix
@@ -238,20 +239,59 @@ def test_llada_prefix_cache_is_fast_dllms_stale_prefix() -> None:
         (k[:, :, :4].expand(2, -1, -1, -1), v[:, :, :4].expand(2, -1, -1, -1)) for k, v in stale
     ]
     want = llada.model(later[:, 4:], past_key_values=past).logits[:, :4]
-    assert torch.allclose(got[..., keep], want[..., keep], atol=1e-5)
-    fresh = llada.model(later).logits[:, 4:8]
-    assert not torch.allclose(got[..., keep], fresh[..., keep], atol=1e-5)  # approximate
-    assert llada.approximate_cache
+    assert torch.allclose(got, want, atol=1e-5)
+    assert not torch.allclose(got, llada.model(later).logits[:, 4:8], atol=1e-5)  # approximate
+    assert llada.approximate_cache and llada.positions == 12 + 2 * 8
 
 
-def test_dream_adapter_reads_the_row_before_with_the_tokenizer_mask() -> None:
+def test_dual_cache_feeds_the_block_over_the_stale_prefix_and_suffix() -> None:
+    llada = load("random-llada", "llada")
+    llada.prefix_cache, llada.dual_cache = True, True
+    llada.reset()
+    canvas = torch.tensor([[5, 6, 7, 8] + [llada.mask_id] * 8])
+    llada.canvas_logits(canvas, 4, 8)
+    stale = llada.model(canvas, use_cache=True).past_key_values
+    later = canvas.clone()
+    later[0, 5] = 9
+    got = llada.canvas_logits(later, 4, 8)
+    # the block's fresh keys sit between the prefix's and the suffix's, as in Fast-dLLM's
+    # in-place replacement; only the order of the keys differs
+    past = [tuple(torch.cat([t[:, :, :4], t[:, :, 8:]], 2) for t in layer) for layer in stale]
+    want = llada.model(later[:, 4:8], position_ids=torch.arange(4, 8)[None], past_key_values=past)
+    assert torch.allclose(got, want.logits, atol=1e-5)
+    assert llada.positions == 12 + 4
+
+
+def test_dream_adapter_reads_the_row_before_with_the_config_mask() -> None:
     dream = load("random-dream", "dream")
-    assert dream.mask_id == AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny").mask_token_id
+    assert dream.mask_id == dream.model.config.mask_token_id
     canvas = torch.tensor([[5, 6, 7, 8] + [dream.mask_id] * 8])
     got = dream.canvas_logits(canvas, 4, 8)
-    raw = dream.model(canvas).logits[:, 3:7]
-    keep = torch.arange(dream.vocab_size) != dream.mask_id
-    assert torch.equal(got[..., keep], raw[..., keep])
+    assert torch.equal(got, dream.model(canvas).logits[:, 3:7])
+
+
+@pytest.mark.parametrize("dual", [False, True], ids=["prefix", "dual"])
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_one_sequence_verifies_every_draft_as_its_own_cached_step(family, dual) -> None:
+    """Spiffy's and PSD's verification on the native families: the real block and each draft,
+    in one forward over the block's cache, read what a cached step on that state reads, at a
+    fraction of the positions whole canvases would cost."""
+    dlm = load(f"random-{family}", family)
+    dlm.prefix_cache, dlm.dual_cache = True, dual
+    dlm.reset()
+    lo, n, tail = 6, 8, 8
+    canvas = torch.tensor([[5, 6, 7, 8, 9, 10] + [dlm.mask_id] * (n + tail)])
+    dlm.canvas_logits(canvas, lo, lo + n)  # the block's first forward fills the cache
+    drafts = torch.full((3, n), dlm.mask_id)
+    drafts[0, 0], drafts[1, :2], drafts[2, 3] = 11, torch.tensor([11, 12]), 13
+    before = dlm.positions
+    tree = dlm.tree_logits(canvas, lo, lo + n, drafts)
+    window = (n if dual else n + tail) + dlm.shift
+    assert dlm.positions - before == 4 * window < 4 * canvas.shape[1]
+    for row, state in enumerate([canvas[0, lo : lo + n], *drafts]):
+        step = canvas.clone()
+        step[0, lo : lo + n] = state
+        assert torch.allclose(tree[row], dlm.canvas_logits(step, lo, lo + n)[0], atol=1e-4)
 
 
 def test_tiny_prefix_cache_is_exact_and_batch_rows_match_single_rows(world) -> None:
@@ -277,6 +317,8 @@ def test_tiny_prefix_cache_is_exact_and_batch_rows_match_single_rows(world) -> N
     "target, method, extra",
     [
         ("random-llada", "psd", ["method.prefix_cache=true", "method.policy=quota"]),
+        ("random-dream", "psd", ["method.prefix_cache=true", "method.dual_cache=true"]),
+        ("random-llada", "spiffy", ["method.prefix_cache=true", "method.nodes=4"]),
         ("random-dream", "dllm", ["method.policy=threshold", "method.threshold=0.5"]),
         ("tiny-dlm", "psd", ["method.depth=5", "method.block_length=8"]),
     ],
@@ -300,7 +342,7 @@ def test_runs_end_to_end_on_diffusion_targets(tmp_path, target, method, extra) -
         sum(r["new_tokens"] for r in records) / sum(r["target_calls"] for r in records)
     )
     assert summary["tokens_per_call"] >= 8
-    if method == "psd":  # lossless against its policy's own decoder
+    if method in ("psd", "spiffy"):  # lossless against its policy's own decoder
         assert summary["lossless"] and summary["lossless_rate"] == 1.0
     else:  # a threshold policy against one token per step: labelled lossy
         assert not summary["lossless"] and all(r["lossy"] for r in records)
@@ -309,7 +351,11 @@ def test_runs_end_to_end_on_diffusion_targets(tmp_path, target, method, extra) -
 @pytest.mark.parametrize(
     "overrides, key",
     [
-        (["target=random-dream", "method=psd", "method.prefix_cache=true"], "method.prefix_cache"),
+        (["target=tiny-dlm", "method=psd", "method.dual_cache=true"], "method.dual_cache"),
+        (
+            ["target=tiny-dlm", "method=psd", "method.prefix_cache=true", "method.dual_cache=true"],
+            "method.dual_cache",
+        ),
         (
             [
                 "target=tiny-dlm",

@@ -5,8 +5,7 @@ Fast-dLLM's threshold and cached decoding, Dream's `diffusion_generate`) produce
 seeded checkpoint in the upstream format, with the upstream commit named; `tools/goldens/`
 regenerates them. Each case is decoded here by the native model behind its adapter and the
 block decoder configured as that function was called: the generated tokens must be equal, and
-the number of model forwards (less the no-op forward Fast-dLLM's cached loops spend after a
-block's first step finished it).
+the number of model forwards (less the forwards upstream spends on a block with no mask left).
 """
 
 from __future__ import annotations
@@ -38,25 +37,29 @@ def decoded_model(family: str) -> MaskedDiffusionLM:
 
 
 # upstream settings with no specbench counterpart (their cases are listed, not decoded):
-# Dream's `origin` draws which positions to reveal from torch's global RNG; Fast-dLLM's Dream
-# `confidence_threshold` carries unfilled quota over to later steps; Fast-dLLM's cached Dream
+# Fast-dLLM's Dream `confidence_threshold` carries unfilled quota over to later steps; Fast-dLLM's cached Dream
 # decoder (generation_utils_block.py) commits a block's first position from the full forward
-# whatever its confidence
-UNSUPPORTED = ("origin", "confidence_threshold", "generation_utils_block")
+# whatever its confidence; a top-k or top-p truncation of Dream's confidence softmax (greedy
+# decoders here rank untruncated distributions)
+UNSUPPORTED = ("confidence_threshold", "generation_utils_block")
 
 
 def supported(case: dict) -> bool:
-    return not any(u in case["function"] or u == case["args"].get("alg") for u in UNSUPPORTED)
+    args = case["args"]
+    truncated = args.get("top_k") is not None or args.get("top_p") is not None
+    return not truncated and not any(
+        u in case["function"] or u == args.get("alg") for u in UNSUPPORTED
+    )
 
 
 def spatial(case: dict) -> tuple[SpatialConfig, int]:
     """The block decoder's knobs for an upstream call, and the generation length."""
     args, function = case["args"], case["function"]
     if function.endswith("diffusion_generate"):
-        n = args["max_new_tokens"]
-        cfg = SpatialConfig(
-            block_length=n, steps=args["steps"], schedule="dream", confidence=args["alg"]
-        )
+        n, alg = args["max_new_tokens"], args["alg"]
+        if alg == "origin":
+            return SpatialConfig(block_length=n, steps=args["steps"], policy="origin"), n
+        cfg = SpatialConfig(block_length=n, steps=args["steps"], schedule="dream", confidence=alg)
         return cfg, n
     cache = {"prefix_cache": "cache" in function, "dual_cache": "dual_cache" in function}
     if args.get("threshold") is not None:
@@ -66,8 +69,9 @@ def spatial(case: dict) -> tuple[SpatialConfig, int]:
     return SpatialConfig(block_length=args["block_length"], **policy, **cache), args["gen_length"]
 
 
-def decode(dlm: MaskedDiffusionLM, cfg: SpatialConfig, prompt: list[int], n: int):
-    """The generation, and how many blocks the first step finished."""
+def decode(dlm: MaskedDiffusionLM, cfg: SpatialConfig, case: dict, n: int):
+    """The generation (with the case's seed, as upstream's global RNG had it), and how many
+    blocks the first step finished."""
     decoder = BlockDecoder(dlm, DLLMConfig(**vars(cfg)))
     first_steps: dict[int, bool] = {}
 
@@ -75,14 +79,19 @@ def decode(dlm: MaskedDiffusionLM, cfg: SpatialConfig, prompt: list[int], n: int
         first_steps.setdefault(lo, not (block == dlm.mask_id).any())
 
     decoder.observe = observe
-    got = decoder.generate(prompt, n, torch.Generator(), Stop(frozenset()))
+    generator = torch.Generator().manual_seed(case.get("seed", 0))
+    got = decoder.generate(case["prompt"], n, generator, Stop(frozenset()))
     return got, sum(first_steps.values())
 
 
 def reference_forwards(case: dict, finished_at_first_step: int) -> int:
-    """Fast-dLLM's cached loops test for a finished block only after a cached forward, so a
-    block that the block's first (full) forward finished costs them one more forward, which
-    changes nothing; specbench does not spend it."""
+    """Upstream's forwards less those it spends on a block with no mask left, which change
+    nothing and which specbench does not spend: Dream's loop runs all its steps (under `origin`
+    the last masks are often revealed early; `commit_forward` says when), and Fast-dLLM's cached
+    loops test for a finished block only after a cached forward, so a block that its first
+    (full) forward finished costs them one more."""
+    if "commit_forward" in case:
+        return max(case["commit_forward"]) + 1
     cached = "cache" in case["function"]
     return case["forwards"] - (finished_at_first_step if cached else 0)
 
@@ -93,8 +102,8 @@ def test_every_reference_case_is_token_identical_with_equal_forwards(family) -> 
     checked, mismatched = 0, []
     for case in filter(supported, cases(family)):
         cfg, n = spatial(case)
-        got, finished = decode(dlm, cfg, case["prompt"], n)
+        got, finished = decode(dlm, cfg, case, n)
         checked += 1
         if got.tokens != case["tokens"] or got.target_calls != reference_forwards(case, finished):
             mismatched.append((case["id"], got.target_calls, case["forwards"]))
-    assert checked >= 18 and not mismatched
+    assert checked >= 24 and not mismatched

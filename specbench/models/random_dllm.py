@@ -1,12 +1,12 @@
-"""Random-init stand-ins for LLaDA and Dream, so their adapters run in tests without a download.
+"""Random-init LLaDA, Dream and MDLM on the native classes, so their adapters and decoders run in
+tests (and on a GPU check) without a download.
 
-Both are a small bidirectional transformer with the calling convention of the real remote code:
-`model(input_ids)` returns `.logits` for every position, and with `use_cache=True` the keys and
-values as a list of per-layer `(k, v)` tuples that `past_key_values=` takes back (LLaDA's
-OLMo-derived convention, which Fast-dLLM's prefix cache uses). What differs between the two is
-where the facts live, as on the hub: `random-llada` names its mask id in its model config and is
-read without a shift; `random-dream` keeps the mask token in its tokenizer and its adapter reads
-position j from row j - 1. They share the tiny world's tokenizer.
+Each is its family's native class with the hub config's architecture keys at tiny sizes, over
+the tiny world's tokenizer and its mask token, with weights wide enough that confidences reach
+the thresholds the policies use. The facts that differ between families stay where the hub
+keeps them: LLaDA and Dream name the mask id in their model config; Dream's adapter reads a
+position from the row before it; MDLM adds its mask after the vocabulary's last id when the
+tokenizer has none (here it has one).
 """
 
 from __future__ import annotations
@@ -15,68 +15,94 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoTokenizer
-from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers import AutoTokenizer, PreTrainedModel
 
 from specbench import paths
-from specbench.models.tiny.dlm import TinyDLM, TinyDLMConfig
+from specbench.models.native.dream import DreamConfig, DreamModel
+from specbench.models.native.llada import LLaDAConfig, LLaDAModelLM
+from specbench.models.native.mdlm import MDLM, MDLMConfig
 from specbench.registry import register_builtin_model
 
-
-class BidirectionalConfig(TinyDLMConfig):
-    model_type = "specbench-bidirectional-lm"
-
-    def __init__(self, mask_token_id: int | None = None, **kwargs):
-        super().__init__(mask_token_id=mask_token_id, **kwargs)
+WIDTH, LAYERS, HEADS = 64, 2, 4
 
 
-class BidirectionalLM(TinyDLM):
-    """TinyDLM's layers without its shift, SUBS output or cache format: plain logits per row,
-    full attention, `past_key_values` as per-layer (k, v) tuples."""
-
-    config_class = BidirectionalConfig
-
-    def _init_weights(self, module: nn.Module) -> None:
+def _widen(model: PreTrainedModel) -> None:
+    """Confident enough to reach thresholds: every matrix N(0, 0.5), norms left at one."""
+    for module in model.modules():
         if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=0.5)  # confident enough to reach thresholds
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        past_key_values: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
-        use_cache: bool = False,
-    ) -> CausalLMOutputWithPast:
-        offset = past_key_values[0][0].shape[2] if past_key_values else 0
-        positions = torch.arange(offset, offset + input_ids.shape[1], device=input_ids.device)
-        hidden, present = self.hidden_states(input_ids, None, positions, past_key_values)
-        return CausalLMOutputWithPast(
-            logits=self.lm_head(hidden), past_key_values=present if use_cache else None
-        )
+            nn.init.normal_(module.weight, std=0.5)
+    for name, parameter in model.named_parameters():
+        if name.endswith("embedding"):  # MDLM's bare embedding Parameter
+            nn.init.normal_(parameter, std=0.5)
 
 
-AutoConfig.register(BidirectionalConfig.model_type, BidirectionalConfig)
-AutoModel.register(BidirectionalConfig, BidirectionalLM)
+def _tokenizer():
+    return AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")
 
 
-def _build(out: Path, mask_in_config: bool) -> None:
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")
-    config = BidirectionalConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        num_hidden_layers=2,
-        intermediate_size=128,
-        mask_token_id=tokenizer.mask_token_id if mask_in_config else None,  # Dream: tokenizer
-    )
-    BidirectionalLM(config).save_pretrained(out)
-    tokenizer.save_pretrained(out)
+def _save(model: PreTrainedModel, out: Path) -> None:
+    _widen(model)
+    model.save_pretrained(out)
+    _tokenizer().save_pretrained(out)
 
 
 @register_builtin_model("random-llada")
 def build_llada(out: Path) -> None:
-    _build(out, mask_in_config=True)
+    torch.manual_seed(0)
+    tokenizer = _tokenizer()
+    config = LLaDAConfig(
+        d_model=WIDTH,
+        n_heads=HEADS,
+        n_kv_heads=HEADS,
+        n_layers=LAYERS,
+        mlp_hidden_size=2 * WIDTH,
+        activation_type="silu",
+        block_type="llama",
+        layer_norm_type="rms",
+        rope=True,
+        rope_theta=500000.0,
+        weight_tying=False,
+        vocab_size=len(tokenizer),
+        embedding_size=len(tokenizer),
+        max_sequence_length=4096,
+        mask_token_id=tokenizer.mask_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    _save(LLaDAModelLM(config), out)
 
 
 @register_builtin_model("random-dream")
 def build_dream(out: Path) -> None:
-    _build(out, mask_in_config=False)
+    torch.manual_seed(0)
+    tokenizer = _tokenizer()
+    config = DreamConfig(
+        hidden_size=WIDTH,
+        intermediate_size=2 * WIDTH,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=HEADS // 2,
+        vocab_size=len(tokenizer),
+        max_position_embeddings=4096,
+        mask_token_id=tokenizer.mask_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    _save(DreamModel(config), out)
+
+
+@register_builtin_model("random-mdlm")
+def build_mdlm(out: Path) -> None:
+    torch.manual_seed(0)
+    tokenizer = _tokenizer()
+    config = MDLMConfig(
+        vocab_size=len(tokenizer),
+        model_length=1024,
+        hidden_dim=WIDTH,
+        cond_dim=WIDTH // 2,
+        n_blocks=LAYERS,
+        n_heads=HEADS,
+        dropout=0.0,
+        time_conditioning=False,
+    )
+    _save(MDLM(config), out)

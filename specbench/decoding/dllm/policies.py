@@ -12,6 +12,10 @@ masked, so PSD can replay it on the verifier's outputs (and on stale confidences
   most confident one.
 * `dynamic` — Fast-dLLM's factor rule: sort confidences c(1) >= c(2) >= ...; commit the longest
   run with c(i) >= 1 - factor / (i + 1) for every i in it (at least one).
+* `origin` — Dream's default `alg`: at step s of its time grid every masked position is revealed
+  with probability 1 - s/t (all of them at the last step), one uniform draw per masked position
+  in canvas order from the run's generator, as Dream draws from torch's global one; the
+  confidence plays no part. Random, so never a draft policy (PSD, Spiffy).
 * `localleap` — our reading of LocalLeap's local determinism propagation (no public code, and the
   paper's text was not available here): positions with confidence >= `threshold` are anchors; a
   masked position within `window` positions of an anchor is committed as well when its
@@ -41,7 +45,7 @@ from specbench.config import ModelConfig
 from specbench.errors import ConfigError
 from specbench.models.diffusion import ADAPTERS
 
-POLICIES = ("quota", "threshold", "dynamic", "localleap")
+POLICIES = ("quota", "threshold", "dynamic", "localleap", "origin")
 CONFIDENCES = ("maskgit_plus", "topk_margin", "entropy")
 
 
@@ -89,6 +93,15 @@ def check_spatial(cfg: SpatialConfig) -> None:
         raise ConfigError("method.factor", cfg.factor, "must be > 0")
     if cfg.window < 0:
         raise ConfigError("method.window", cfg.window, "must be >= 0")
+
+
+def check_replayable(cfg: SpatialConfig) -> None:
+    """Speculation replays the policy to draft: a random policy has nothing to replay."""
+    if cfg.policy == "origin":
+        allowed = ", ".join(p for p in POLICIES if p != "origin")
+        raise ConfigError(
+            "method.policy", cfg.policy, f"is random, so it cannot draft; allowed: {allowed}"
+        )
 
 
 def check_cache(cfg: SpatialConfig, target: ModelConfig) -> None:
@@ -224,7 +237,26 @@ class LocalLeap:
         return anchors | (masked & near & (conf >= self.relaxed))
 
 
-def make_policy(cfg: SpatialConfig, steps_per_block: int) -> Policy:
+@dataclass
+class Origin:
+    steps: int  # per block
+    generator: torch.Generator
+
+    def __post_init__(self) -> None:
+        self.grid = dream_grid(self.steps)
+
+    def select(self, conf: torch.Tensor, masked: torch.Tensor, step: int) -> torch.Tensor:
+        draws = torch.rand(int(masked.sum()), generator=self.generator).to(masked.device)
+        if step < self.steps - 1:
+            revealed = draws < 1 - self.grid[step + 1] / self.grid[step]
+        else:
+            revealed = draws < 1
+        return masked.masked_scatter(masked, revealed)
+
+
+def make_policy(cfg: SpatialConfig, steps_per_block: int, generator: torch.Generator) -> Policy:
+    if cfg.policy == "origin":
+        return Origin(steps_per_block, generator)
     if cfg.policy == "quota":
         return Quota(steps_per_block, cfg.schedule)
     if cfg.policy == "threshold":

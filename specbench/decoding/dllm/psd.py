@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specbench.decoding.dllm.policies import Policy, check_cache
+from specbench.decoding.dllm.policies import Policy, check_cache, check_replayable
 from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig, StopScan, Trace, check
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
@@ -90,6 +90,7 @@ class PSDConfig(DLLMConfig):
 
 def check_psd(cfg: PSDConfig, warp: Warp) -> None:
     check(cfg, warp)
+    check_replayable(cfg)
     if cfg.depth < 0:
         raise ConfigError("method.depth", cfg.depth, "must be >= 0 (0 = the policy's decoder)")
 

@@ -30,7 +30,12 @@ import torch
 
 from specbench import paths
 from specbench.decoding.dllm.graph import DraftGraph, Node, select
-from specbench.decoding.dllm.policies import Policy, check_cache, greedy_confidence
+from specbench.decoding.dllm.policies import (
+    Policy,
+    check_cache,
+    check_replayable,
+    greedy_confidence,
+)
 from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig, StopScan, Trace, check
 from specbench.decoding.generation import Stop
 from specbench.decoding.warp import Warp
@@ -160,6 +165,7 @@ class SpiffyConfig(DLLMConfig):
 
 def check_spiffy(cfg: SpiffyConfig, warp: Warp) -> None:
     check(cfg, warp)
+    check_replayable(cfg)
     if cfg.nodes < 1:
         raise ConfigError("method.nodes", cfg.nodes, "must be >= 1")
     if cfg.keep is not None and not 1 <= cfg.keep <= cfg.nodes:

@@ -114,7 +114,7 @@ class BlockDecoder:
         target.prefix_cache = self.cfg.prefix_cache  # the arms share the model
         target.dual_cache = self.cfg.dual_cache
         stop = stop or Stop(frozenset(target.eos_token_ids))
-        policy = make_policy(self.cfg, self.steps_per_block(max_new_tokens))
+        policy = make_policy(self.cfg, self.steps_per_block(max_new_tokens), generator)
         clock = Stopwatch(target.device)
         calls, positions, trace = target.calls, target.positions, Trace()
         clock.start()

@@ -1,12 +1,22 @@
 """SpecDiff (Christopher et al., NAACL 2025): a masked-diffusion LM drafts all gamma positions
 in parallel in T denoising steps; the AR target verifies them with the shared rules.
 
-Drafting is MDLM's cached ancestral sampler (Sahoo et al. 2024, `ddpm_cache`) over the block of
-gamma masks behind the clamped prefix: time grid linspace(1, eps, T + 1); at each step t -> s a
-masked position is revealed with probability (t - s) / t, its token drawn from the denoiser's
-SUBS distribution p(x0 | x_t) (warped like the target's; the argmax at temperature 0); the
-denoiser runs again only once something was revealed. Positions still masked after T steps
-are filled with the argmax ("noise removal").
+Drafting is MDLM's cached ancestral sampler (Sahoo et al. 2024: `Diffusion._sample` with
+`ddpm_cache`, i.e. `_ddpm_caching_update`) over the block of gamma masks behind the clamped
+prefix, token for token: time grid linspace(1, eps, T + 1) on the drafter's device; at step i,
+t = grid[i] and s = t - (1 - eps) / T (float32, as upstream computes them), q = p * (t - s) on
+the real tokens and q = s on the mask column, and each position takes argmax(q / g) with
+g = 1e-10 - log(u + 1e-10) (upstream's `_sample_categorical`), so a masked position is revealed
+with probability (t - s) / t, its token drawn from the denoiser's SUBS distribution p(x0 | x_t)
+(warped like the target's; at temperature 0 the argmax of p). The uniforms u are ONE draw per
+step of shape [1, len(prefix) + gamma, W] (W = the drafter's output width, the mask column
+included), the prefix rows included and unused, exactly as upstream's `torch.rand_like` over the
+whole sequence: with a generator seeded as upstream's global RNG the drafts are identical. No
+other random draws are made. The denoiser runs again only once something was revealed (and every
+step for a time-conditioned drafter, whose sigma changes; upstream disables its cache then too).
+Positions still masked after T steps are filled with the argmax ("noise removal"), reusing the
+last denoiser output when nothing changed since (upstream runs one more forward, which gives the
+same argmax without time conditioning) and skipping the forward when nothing is masked.
 
 The proposal distribution q_i the acceptance test needs (`q_source`, METHODS.md section 1):
 `reveal_step` - the row position i was sampled from (the final row for noise-removed ones);
@@ -39,22 +49,70 @@ EPS = 1e-5
 Q_SOURCES = ("reveal_step", "final_step", "onehot")
 
 
-def real_token_logits(dlm: MaskedDiffusionLM, block: list[int], vocab_size: int, subs: bool = True):
+def real_token_logits(
+    dlm: MaskedDiffusionLM,
+    block: list[int],
+    vocab_size: int,
+    subs: bool = True,
+    t: torch.Tensor | None = None,
+):
     """A draft block's logits over the target's vocabulary, the mask token at -inf (it may sit
-    inside that vocabulary, as the tiny world's does, or past it, as MDLM's and Dream's do)."""
-    logits = fit_vocab(dlm.block_logits(block, subs), vocab_size)
+    inside that vocabulary, as the tiny world's does, or past it, as MDLM's and Dream's do).
+    `t` (the diffusion time, float32 [1, 1]) is passed on only to a time-conditioned drafter."""
+    if t is not None and time_conditioned(dlm):
+        logits = fit_vocab(dlm.block_logits(block, subs, t=t), vocab_size)
+    else:
+        logits = fit_vocab(dlm.block_logits(block, subs), vocab_size)
     if dlm.mask_id < vocab_size:
         mask = torch.tensor([dlm.mask_id], device=logits.device)
         logits = logits.index_fill(-1, mask, float("-inf"))
     return logits
 
 
+def time_conditioned(dlm: MaskedDiffusionLM) -> bool:
+    """Whether the drafter's denoiser reads the diffusion time (its `block_logits` then takes
+    `t=`); MDLM-OWT's does not."""
+    return bool(getattr(dlm, "time_conditioned", False))
+
+
+def gumbel_winners(
+    probs: torch.Tensor,
+    t: torch.Tensor,
+    dt: float,
+    mask_id: int,
+    width: int,
+    prefix: int,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """Upstream's `_ddpm_caching_update` draw for the block rows: argmax over `width` columns of
+    q / g, q = probs * (t - s) with the mask column at s = t - dt; the uniforms cover the prefix
+    rows too (drawn, then dropped), so the stream lines up with upstream's whole-sequence draw."""
+    rows = probs.shape[0]
+    move_t, move_s = t, t - dt
+    scaled = probs * (move_t - move_s)
+    q = scaled.new_zeros(rows, max(width, mask_id + 1))
+    cut = min(q.shape[-1], scaled.shape[-1])
+    q[:, :cut] = scaled[:, :cut]
+    q[:, mask_id] = move_s[0, 0]
+    shape = (1, prefix + rows, q.shape[-1])
+    u = torch.rand(shape, generator=generator, device=probs.device)[0, prefix:]
+    gumbel_norm = 1e-10 - (u + 1e-10).log()
+    return (q / gumbel_norm).argmax(dim=-1)
+
+
 class SpecDiffDrafter:
     def __init__(
-        self, dlm: MaskedDiffusionLM, warp: Warp, steps: int, q_source: str, vocab_size: int
+        self,
+        dlm: MaskedDiffusionLM,
+        warp: Warp,
+        steps: int,
+        q_source: str,
+        vocab_size: int,
+        eps: float = EPS,
     ):
         self.dlm, self.warp, self.steps, self.q_source = dlm, warp, steps, q_source
         self.vocab_size = vocab_size  # the target's: q rows live on its vocabulary
+        self.eps = eps  # the time grid's end (upstream's `_sample(eps=1e-5)`)
 
     @property
     def calls(self) -> int:
@@ -63,10 +121,16 @@ class SpecDiffDrafter:
     def reset(self) -> None:
         self.dlm.reset()
 
-    def _probs(self, block: list[int], subs: bool = True, truncate: bool = True) -> torch.Tensor:
+    def _probs(
+        self,
+        block: list[int],
+        subs: bool = True,
+        truncate: bool = True,
+        t: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Proposal rows for the block, warped as the target is. `truncate=False` applies the
         temperature only: a row the token was not sampled from must still give it mass."""
-        logits = real_token_logits(self.dlm, block, self.vocab_size, subs)
+        logits = real_token_logits(self.dlm, block, self.vocab_size, subs, t)
         if self.warp.greedy:
             return logits.softmax(-1)
         if not truncate:
@@ -79,43 +143,42 @@ class SpecDiffDrafter:
         dlm, mask = self.dlm, self.dlm.mask_id
         synchronize(dlm.device)
         started, calls = time.perf_counter(), dlm.calls
-        dlm.set_prefix(context, room=n)
+        prefix = len(dlm.set_prefix(context, room=n))
         block = [mask] * n
         q_rows: list[torch.Tensor | None] = [None] * n
-        probs = None
-        grid = torch.linspace(1.0, EPS, self.steps + 1).tolist()
-        for t, s in zip(grid[:-1], grid[1:]):
-            if probs is None:
-                probs = self._probs(block)
-            masked = [i for i, tok in enumerate(block) if tok == mask]
-            u = torch.rand(len(masked), generator=generator, device=probs.device)
-            revealed = [i for i, ui in zip(masked, u.tolist()) if ui < (t - s) / t]
+        probs, timed = None, time_conditioned(dlm)
+        grid = torch.linspace(1, self.eps, self.steps + 1, device=dlm.device)
+        dt = (1 - self.eps) / self.steps
+        for step in range(self.steps):
+            t = grid[step] * torch.ones(1, 1, device=dlm.device)
+            if probs is None or timed:
+                probs = self._probs(block, t=t)
+            winners = gumbel_winners(probs, t, dt, mask, dlm.vocab_size, prefix, generator)
+            revealed = [i for i, tok in enumerate(block) if tok == mask and winners[i] != mask]
             for i in revealed:
-                block[i] = self._choose(probs[i], generator)
+                block[i] = int(probs[i].argmax()) if self.warp.greedy else int(winners[i])
                 q_rows[i] = probs[i]
             if revealed:
                 probs = None  # x changed: the cached denoiser output is stale
         still = [i for i, tok in enumerate(block) if tok == mask]
+        final_t = grid[-1] * torch.ones(1, 1, device=dlm.device)
         if still:
-            if probs is None:
-                probs = self._probs(block)
+            if probs is None or timed:
+                probs = self._probs(block, t=final_t)
             for i in still:
                 block[i] = int(probs[i].argmax())
                 q_rows[i] = probs[i]
-        q_probs = self._proposal(block, q_rows)
+        q_probs = self._proposal(block, q_rows, final_t)
         synchronize(dlm.device)
         return Draft(block, q_probs, dlm.calls - calls, time.perf_counter() - started)
 
-    def _choose(self, row: torch.Tensor, generator: torch.Generator) -> int:
-        if self.warp.greedy:
-            return int(row.argmax())
-        return int(torch.multinomial(row, 1, generator=generator))
-
-    def _proposal(self, block: list[int], q_rows: list[torch.Tensor]) -> torch.Tensor | None:
+    def _proposal(
+        self, block: list[int], q_rows: list[torch.Tensor], t: torch.Tensor
+    ) -> torch.Tensor | None:
         if self.warp.greedy or self.q_source == "onehot":
             return None  # the verification rule reads None as one-hot on the drafted tokens
         if self.q_source == "final_step":
-            return self._probs(block, subs=False, truncate=False)
+            return self._probs(block, subs=False, truncate=False, t=t)
         return torch.stack(q_rows)
 
 
