@@ -66,3 +66,18 @@ def compose_cfg(*overrides: str) -> DictConfig:
     defaults = ["logging.wandb.mode=disabled", "run.warmup=0", "run.progress=false"]
     with initialize_config_dir(str(paths.CONF_DIR), version_base="1.3"):
         return compose("config", overrides=[*defaults, *overrides])
+
+
+def assert_golden_logits(logits: torch.Tensor, golden: dict, tol: float = 1e-5) -> None:
+    """Logits equal upstream's recorded ones (`tests/goldens/<family>/goldens.json`): the 512
+    recorded vocabulary columns and the logsumexp at every position within `tol`, the argmax
+    exactly."""
+    logits = logits.float()
+    columns = torch.tensor(golden["columns"])
+    torch.testing.assert_close(
+        logits[:, :, columns], torch.tensor(golden["values"]), rtol=tol, atol=tol
+    )
+    assert logits.argmax(-1).tolist() == golden["argmax"]
+    torch.testing.assert_close(
+        logits.logsumexp(-1), torch.tensor(golden["logsumexp"]), rtol=tol, atol=tol
+    )

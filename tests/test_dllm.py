@@ -353,6 +353,17 @@ def test_runs_end_to_end_on_diffusion_targets(tmp_path, target, method, extra) -
     [
         (["target=tiny-dlm", "method=psd", "method.dual_cache=true"], "method.dual_cache"),
         (
+            [
+                "target=random-llada",
+                "target.name_or_path=specbench:random-mdlm",
+                "target.adapter=mdlm",
+                "method=dllm",
+                "method.prefix_cache=true",
+            ],
+            "method.prefix_cache",
+        ),
+        (["target=random-dream", "method=psd", "method.policy=origin"], "method.policy"),
+        (
             ["target=tiny-dlm", "method=psd", "method.prefix_cache=true", "method.dual_cache=true"],
             "method.dual_cache",
         ),
@@ -375,3 +386,34 @@ def test_bad_diffusion_configs_fail_before_loading(overrides, key) -> None:
     with pytest.raises(ConfigError) as err:
         prepare(compose_cfg(*overrides))
     assert err.value.key == key
+
+
+def _checkpoint_dir(path, model_type: str, **config) -> str:
+    """A checkpoint directory with the tiny world's tokenizer and only a config.json: every
+    check below must answer before any weight is looked for."""
+    AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny").save_pretrained(path)
+    (path / "config.json").write_text(json.dumps({"model_type": model_type, **config}))
+    return str(path)
+
+
+def test_a_model_type_without_a_native_class_is_refused_in_one_line(tmp_path) -> None:
+    ckpt = _checkpoint_dir(tmp_path, "qwen2", auto_map={"AutoModel": "modeling_x.X"})
+    with pytest.raises(ConfigError) as err:
+        prepare(compose_cfg("target=random-llada", "method=dllm", f"target.name_or_path={ckpt}"))
+    assert err.value.key == "target.name_or_path"
+    assert "'qwen2'" in str(err.value) and "llada (llada)" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_mask_id_that_contradicts_the_checkpoint_is_refused() -> None:
+    with pytest.raises(ConfigError) as err:
+        prepare(compose_cfg("target=random-llada", "method=dllm", "target.mask_token_id=3"))
+    assert err.value.key == "target.mask_token_id" and "says" in str(err.value)
+
+
+def test_a_diffusion_drafter_whose_logits_miss_target_tokens_is_refused(tmp_path) -> None:
+    ckpt = _checkpoint_dir(tmp_path, "mdlm", vocab_size=10)
+    overrides = ["method=specdiff", "drafter=random-mdlm", f"drafter.name_or_path={ckpt}"]
+    with pytest.raises(ConfigError) as err:
+        prepare(compose_cfg(*overrides))
+    assert err.value.key == "drafter" and "do not cover" in str(err.value)

@@ -13,6 +13,7 @@ import torch
 from transformers import AutoConfig, AutoModel
 
 import specbench.models.native  # noqa: F401  (registers model_type "Dream")
+from conftest import assert_golden_logits
 from specbench.models.native.dream import DreamConfig, DreamModel
 
 GOLDEN = Path(__file__).parent / "goldens" / "dream"
@@ -58,14 +59,7 @@ def test_float32_logits_equal_upstream(model, goldens):
     ref = goldens["logits"]
     with torch.no_grad():
         logits = model(torch.tensor(ref["input_ids"])).logits
-    columns = torch.tensor(ref["columns"])
-    torch.testing.assert_close(
-        logits[:, :, columns], torch.tensor(ref["values"]), rtol=1e-5, atol=1e-5
-    )
-    assert logits.argmax(-1).tolist() == ref["argmax"]
-    torch.testing.assert_close(
-        logits.logsumexp(-1), torch.tensor(ref["logsumexp"]), rtol=1e-5, atol=1e-5
-    )
+    assert_golden_logits(logits, ref)
 
 
 def test_bfloat16_logits_close_to_upstream(goldens):

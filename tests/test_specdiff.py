@@ -5,10 +5,18 @@ adapter drives an MDLM-shaped model (forward(x, sigma)) built here without a dow
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForMaskedLM, PretrainedConfig, PreTrainedModel
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    PretrainedConfig,
+    PreTrainedModel,
+)
 from transformers.modeling_outputs import MaskedLMOutput
 
 from conftest import builtin, tiny_dlm
@@ -17,7 +25,7 @@ from specbench.config import ModelConfig
 from specbench.decoding.autoregressive import AutoregressiveDecoder
 from specbench.decoding.drafters.specdiff import SpecDiffConfig, SpecDiffDrafter, build
 from specbench.decoding.warp import Warp
-from specbench.models.diffusion import MaskedDiffusionLM
+from specbench.models.diffusion import MaskedDiffusionLM, MDLMDiffusionLM
 from specbench.models.loading import load_diffusion_lm
 from specbench.models.tiny.dlm import TinyDLM, TinyDLMConfig, block_causal_mask
 
@@ -132,6 +140,7 @@ class MDLMShaped(PreTrainedModel):
 
 def test_the_mdlm_adapter_drives_an_mdlm_shaped_model(tmp_path, target) -> None:
     AutoConfig.register(MDLMShapedConfig.model_type, MDLMShapedConfig, exist_ok=True)
+    AutoModel.register(MDLMShapedConfig, MDLMShaped, exist_ok=True)  # what the adapter loads
     AutoModelForMaskedLM.register(MDLMShapedConfig, MDLMShaped, exist_ok=True)
     torch.manual_seed(0)
     MDLMShaped(MDLMShapedConfig()).save_pretrained(tmp_path / "mdlm")
@@ -175,3 +184,38 @@ def test_the_tiny_adapters_growing_prefix_cache_is_exact(prompts) -> None:
         torch.testing.assert_close(fused, full, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(cached, full, rtol=1e-4, atol=1e-4)
     assert dlm.calls == 6
+
+
+MDLM_GOLDENS = Path(__file__).parent / "goldens" / "mdlm"
+
+
+def golden_mdlm(tmp_path: Path, config: str) -> MDLMDiffusionLM:
+    folder = tmp_path / config
+    folder.mkdir()
+    shutil.copy(MDLM_GOLDENS / config, folder / "config.json")
+    shutil.copy(MDLM_GOLDENS / "model.safetensors", folder / "model.safetensors")
+    model = AutoModelForMaskedLM.from_pretrained(folder)  # the native class, float32
+    return MDLMDiffusionLM(model, mask_id=50257, context=1024, name="mdlm")
+
+
+@pytest.mark.parametrize("time_conditioning", [False, True])
+def test_mdlm_drafts_are_upstreams_cached_ancestral_samples(tmp_path, time_conditioning) -> None:
+    """Token-identical to MDLM's `_sample` (ddpm_cache) from a clamped prompt + gamma masks,
+    with the generator seeded as upstream's global RNG; one forward fewer than upstream's when
+    its final argmax ran on an unchanged or fully revealed x."""
+    goldens = json.loads((MDLM_GOLDENS / "goldens.json").read_text())
+    dlm = golden_mdlm(tmp_path, "config_tc.json" if time_conditioning else "config.json")
+    assert dlm.time_conditioned == time_conditioning
+    cases = [c for c in goldens["cases"] if c["args"]["time_conditioning"] == time_conditioning]
+    assert len(cases) >= 24
+    for case in cases:
+        args = case["args"]
+        drafter = SpecDiffDrafter(
+            dlm, Warp(temperature=1.0), args["num_steps"], "reveal_step", 50257, args["eps"]
+        )
+        generator = torch.Generator().manual_seed(args["global_seed"])
+        draft = drafter.draft(case["prompt"], args["gamma"], generator)
+        assert draft.tokens == case["tokens"], case["id"]
+        final = case["masked_before_noise_removal"] > 0 and case["cache_stale_at_noise_removal"]
+        assert draft.nfe == case["forwards"] - 1 + final, case["id"]
+    assert any(c["masked_before_noise_removal"] for c in cases)  # the final argmax is exercised

@@ -52,6 +52,8 @@ class MaskedDiffusionLM:
     # whether `tree_logits` reads the drafts in one sequence under a custom attention mask
     # (otherwise as batch rows of one forward, the same logits in exact arithmetic)
     tree_attention = False
+    # whether the denoiser reads the diffusion time (`block_logits` then takes `t=`)
+    time_conditioned = False
 
     def __init__(self, model: PreTrainedModel, mask_id: int, context: int | None, name: str):
         self.model = model.eval()
@@ -245,10 +247,19 @@ def tree_mask(
 
 
 class MDLMDiffusionLM(MaskedDiffusionLM):
+    @property
+    def time_conditioned(self) -> bool:
+        return bool(getattr(self.model.config, "time_conditioning", False))
+
     @torch.inference_mode()
-    def block_logits(self, block: list[int], subs: bool = True) -> torch.Tensor:
+    def block_logits(
+        self, block: list[int], subs: bool = True, t: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """`t` is the draft's diffusion time: a time-conditioned MDLM reads MDLM's loglinear
+        total noise sigma(t) = -log1p(-(1 - 1e-3) t), as upstream feeds its backbone; without
+        time conditioning sigma plays no part."""
         ids = self._tensor(self.prefix + block)
-        sigma = torch.zeros(1, device=self.device)  # MDLM-OWT: time conditioning off
+        sigma = None if t is None else -torch.log1p(-(1 - 1e-3) * t).reshape(-1)
         self.calls += 1
         self.positions += ids.shape[1]
         logits = self.model(ids, timesteps=sigma).logits[0, len(self.prefix) :].float()
@@ -257,9 +268,10 @@ class MDLMDiffusionLM(MaskedDiffusionLM):
         return logits
 
     def _canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+        if self.time_conditioned:
+            raise ValueError("a time-conditioned MDLM cannot be a decoded model: no time here")
         self.positions += canvas.numel()
-        sigma = torch.zeros(canvas.shape[0], device=self.device)
-        return self.model(canvas, timesteps=sigma).logits[:, lo:hi]
+        return self.model(canvas).logits[:, lo:hi]
 
 
 class NativeDiffusionLM(MaskedDiffusionLM):

@@ -59,7 +59,7 @@ def real_token_logits(
     """A draft block's logits over the target's vocabulary, the mask token at -inf (it may sit
     inside that vocabulary, as the tiny world's does, or past it, as MDLM's and Dream's do).
     `t` (the diffusion time, float32 [1, 1]) is passed on only to a time-conditioned drafter."""
-    if t is not None and time_conditioned(dlm):
+    if t is not None and dlm.time_conditioned:
         logits = fit_vocab(dlm.block_logits(block, subs, t=t), vocab_size)
     else:
         logits = fit_vocab(dlm.block_logits(block, subs), vocab_size)
@@ -67,12 +67,6 @@ def real_token_logits(
         mask = torch.tensor([dlm.mask_id], device=logits.device)
         logits = logits.index_fill(-1, mask, float("-inf"))
     return logits
-
-
-def time_conditioned(dlm: MaskedDiffusionLM) -> bool:
-    """Whether the drafter's denoiser reads the diffusion time (its `block_logits` then takes
-    `t=`); MDLM-OWT's does not."""
-    return bool(getattr(dlm, "time_conditioned", False))
 
 
 def gumbel_winners(
@@ -146,7 +140,7 @@ class SpecDiffDrafter:
         prefix = len(dlm.set_prefix(context, room=n))
         block = [mask] * n
         q_rows: list[torch.Tensor | None] = [None] * n
-        probs, timed = None, time_conditioned(dlm)
+        probs, timed = None, dlm.time_conditioned
         grid = torch.linspace(1, self.eps, self.steps + 1, device=dlm.device)
         dt = (1 - self.eps) / self.steps
         for step in range(self.steps):

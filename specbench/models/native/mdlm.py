@@ -131,10 +131,8 @@ def gated_residual(x, gate, residual, p: float, training: bool) -> torch.Tensor:
 
 def rope_cos_sin(position_ids: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 cos/sin [B or 1, Q, head_dim / 2] at the given positions (upstream's Rotary)."""
-    inv_freq = 1.0 / (
-        ROPE_BASE
-        ** (torch.arange(0, head_dim, 2, device=position_ids.device).float() / head_dim)
-    )
+    exponents = torch.arange(0, head_dim, 2, device=position_ids.device).float() / head_dim
+    inv_freq = 1.0 / (ROPE_BASE**exponents)
     freqs = position_ids.float()[..., None] * inv_freq
     return freqs.cos(), freqs.sin()
 
@@ -214,9 +212,8 @@ class DDiTBlock(nn.Module):
     def forward(self, x, c, cos, sin, mask, past):
         """x [B, Q, dim] (float32 residual stream); returns it and this layer's (k, v)."""
         batch, length, dim = x.shape
-        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.adaLN_modulation(
-            c
-        )[:, None].chunk(6, dim=2)
+        modulation = self.adaLN_modulation(c)[:, None].chunk(6, dim=2)
+        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = modulation
         qkv = self.attn_qkv(modulate(self.norm1(x), shift_msa, scale_msa))
         q, k, v = qkv.view(batch, length, 3, self.n_heads, dim // self.n_heads).unbind(2)
         with torch.autocast(x.device.type, enabled=False):
