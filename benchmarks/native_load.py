@@ -1,4 +1,4 @@
-"""Load time and peak memory of each golden checkpoint (tests/goldens/<family>) through
+"""Import time, load time and peak memory of each golden checkpoint (tests/goldens/<family>) through
 specbench's native class against the same checkpoint through the upstream class, each load in
 a fresh process (peak RSS is per process), arms interleaved, medians of `--repeats`.
 
@@ -27,9 +27,11 @@ sys.path[:0] = {paths!r}
 import torch
 t0 = time.perf_counter()
 {load}
+t1 = time.perf_counter()
 model = cls.from_pretrained({path!r}, {dtype_kw}=torch.float32)
-seconds = time.perf_counter() - t0
-print(json.dumps({{"s": seconds, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+t2 = time.perf_counter()
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({{"import_s": t1 - t0, "s": t2 - t1, "rss_mb": rss}}))
 """
 
 NATIVE = "import specbench.models.native\nfrom transformers import AutoModel as cls"
@@ -59,7 +61,7 @@ def main() -> None:
         "dream": [str(Path(args.fast_dllm) / "dream")],
         "mdlm": [args.mdlm_model] if args.mdlm_model else None,
     }
-    print(f"{'family':<7} {'arm':<9} {'load s':>7} {'peak RSS MB':>12}")
+    print(f"{'family':<7} {'arm':<9} {'import s':>9} {'load s':>7} {'peak RSS MB':>12}")
     for family in ("llada", "dream", "mdlm"):
         if upstream_paths[family] is None:
             continue
@@ -72,9 +74,10 @@ def main() -> None:
             for arm, (python, load, paths) in arms.items():
                 runs[arm].append(probe(python, load, paths, family))
         for arm, results in runs.items():
+            imports = statistics.median(r["import_s"] for r in results)
             seconds = statistics.median(r["s"] for r in results)
             rss = statistics.median(r["rss_mb"] for r in results)
-            print(f"{family:<7} {arm:<9} {seconds:>7.3f} {rss:>12.0f}")
+            print(f"{family:<7} {arm:<9} {imports:>9.2f} {seconds:>7.3f} {rss:>12.0f}")
 
 
 if __name__ == "__main__":
