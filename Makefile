@@ -25,8 +25,8 @@ test: install
 	$(BIN)/pytest -q
 
 lint: install
-	$(BIN)/ruff check specbench tests benchmarks
-	$(BIN)/ruff format --check specbench tests benchmarks
+	$(BIN)/ruff check specbench tests benchmarks tools
+	$(BIN)/ruff format --check specbench tests benchmarks tools
 
 bench: install
 	$(PY) benchmarks/overhead.py $(BENCH_ARGS)
