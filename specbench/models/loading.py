@@ -6,6 +6,8 @@ run before any weight loads.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import os
 import shutil
 import tempfile
@@ -49,7 +51,7 @@ def resolve(cfg: ModelConfig, key: str) -> str:
             ref,
             f"built-ins are {sorted(BUILTIN_MODELS) + tiny} (`make tiny` trains the tiny world)",
         )
-    out = paths.cache_dir() / "models" / name
+    out = paths.cache_dir() / "models" / f"{name}-{_source_hash(BUILTIN_MODELS[name])}"
     if not (out / "config.json").exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{name}-"))
@@ -59,6 +61,12 @@ def resolve(cfg: ModelConfig, key: str) -> str:
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)  # another job won the race
     return str(out)
+
+
+def _source_hash(builder) -> str:
+    """The builder's module source, hashed: a built-in written by older code is never reused."""
+    source = Path(inspect.getsourcefile(builder)).read_bytes()
+    return hashlib.sha256(source).hexdigest()[:12]
 
 
 def load_tokenizer(cfg: ModelConfig, key: str) -> PreTrainedTokenizerBase:

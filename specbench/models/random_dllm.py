@@ -40,6 +40,15 @@ def _tokenizer():
     return AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")
 
 
+def _special_ids(tokenizer) -> dict[str, int]:
+    """LLaDA and Dream keep the mask id in the model config, beside EOS and padding."""
+    return {
+        "mask_token_id": tokenizer.mask_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+
+
 def _save(model: PreTrainedModel, out: Path) -> None:
     _widen(model)
     model.save_pretrained(out)
@@ -65,9 +74,7 @@ def build_llada(out: Path) -> None:
         vocab_size=len(tokenizer),
         embedding_size=len(tokenizer),
         max_sequence_length=4096,
-        mask_token_id=tokenizer.mask_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        **_special_ids(tokenizer),
     )
     _save(LLaDAModelLM(config), out)
 
@@ -84,9 +91,7 @@ def build_dream(out: Path) -> None:
         num_key_value_heads=HEADS // 2,
         vocab_size=len(tokenizer),
         max_position_embeddings=4096,
-        mask_token_id=tokenizer.mask_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        **_special_ids(tokenizer),
     )
     _save(DreamModel(config), out)
 
