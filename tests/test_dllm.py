@@ -318,7 +318,16 @@ def test_tiny_prefix_cache_is_exact_and_batch_rows_match_single_rows(world) -> N
     [
         ("random-llada", "psd", ["method.prefix_cache=true", "method.policy=quota"]),
         ("random-dream", "psd", ["method.prefix_cache=true", "method.dual_cache=true"]),
-        ("random-llada", "spiffy", ["method.prefix_cache=true", "method.nodes=4"]),
+        (
+            "random-llada",
+            "spiffy",
+            [
+                "method.prefix_cache=true",
+                "method.nodes=4",
+                "method.calibration_samples=8",
+                "method.calibration_new_tokens=48",
+            ],
+        ),
         ("random-dream", "dllm", ["method.policy=threshold", "method.threshold=0.5"]),
         ("tiny-dlm", "psd", ["method.depth=5", "method.block_length=8"]),
     ],
