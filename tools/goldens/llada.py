@@ -23,7 +23,7 @@ decision was from a float tie.
 
 Rerun (checkouts made with `git archive` of those commits, outside the repository):
 
-    /work/upstream/venv/bin/python tools/goldens/llada.py <Fast-dLLM checkout> <LLaDA checkout>
+    <python with torch and transformers 4.49> tools/goldens/llada.py <Fast-dLLM checkout> <LLaDA checkout>
 
 Fast-dLLM wraps SDPA in `@torch.compile()`; the script sets TORCHDYNAMO_DISABLE=1 so that
 wrapper runs eagerly (the same `F.scaled_dot_product_attention` call, no compiler needed on a

@@ -29,7 +29,7 @@ prompt followed by gamma mask tokens instead of all masks, which is how SpecDiff
 prompt is never changed: `_ddpm_caching_update` copies every unmasked position).
 
 Rerun (from the repository root, with the upstream environment):
-    /work/upstream/venv/bin/python tools/goldens/mdlm.py /path/to/kuleshov-group/mdlm-checkout
+    <python with torch and transformers 4.49> tools/goldens/mdlm.py <kuleshov-group/mdlm checkout>
 """
 
 from __future__ import annotations
@@ -348,7 +348,9 @@ def draft_case(diffusion, noise_schedule, model, tc, prompt, draft, seed) -> dic
 
 
 def main() -> None:
-    checkout = Path(sys.argv[1] if len(sys.argv) > 1 else "/work/upstream/checkouts/mdlm")
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: tools/goldens/mdlm.py <kuleshov-group/mdlm checkout>")
+    checkout = Path(sys.argv[1])
     diffusion = install_stand_ins(checkout)
     import models.dit as dit
     import noise_schedule
