@@ -161,7 +161,8 @@ class TinyDiffusionLM(MaskedDiffusionLM):
 
     def _no_mask(self, logits: torch.Tensor) -> torch.Tensor:
         """TinyDLM is trained with SUBS: its mask token is never a prediction."""
-        return logits.index_fill(-1, torch.tensor([self.mask_id], device=self.device), -torch.inf)
+        logits[..., self.mask_id] = -torch.inf  # a fresh tensor from the forward: no copy
+        return logits
 
     def _blocks(self, blocks: torch.Tensor, subs: bool) -> torch.Tensor:
         """One forward over the prefix tokens not yet cached (causal among themselves) and each
