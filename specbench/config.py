@@ -39,7 +39,9 @@ class ModelConfig:
 
 @dataclass
 class WandbConfig:
-    mode: str = "offline"
+    """W&B mirrors the local records."""
+
+    mode: str = "offline"  # offline needs no login; disabled skips W&B; online syncs
     project: str = "specbench"
     entity: str | None = None
     group: str | None = None
@@ -55,7 +57,7 @@ class RunConfig:
     max_new_tokens: int | None = None  # null: each task's own default
     limit: int | None = None
     seed: int = 0
-    warmup: int = 2
+    warmup: int = 2  # untimed decodes of each arm before measuring
     baseline: bool = True
     device: str = "auto"
     dtype: str = "auto"

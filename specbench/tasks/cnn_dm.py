@@ -21,7 +21,7 @@ PREFIX = "Summarize: "
 @dataclass
 class CnnDmConfig(TaskConfig):
     name: str = "cnn_dm"
-    source: str = "hub"
+    source: str = "hub"  # or a local JSONL: hub rows, or Spec-Bench's question.jsonl
     max_new_tokens: int = 128
 
 

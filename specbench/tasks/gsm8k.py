@@ -91,7 +91,7 @@ def extract_flexible(text: str) -> str | None:
 class Gsm8kConfig(TaskConfig):
     name: str = "gsm8k"
     source: str = "hub"  # or a local JSONL of {"question", "answer"} (the upstream test.jsonl)
-    shots: int = 8
+    shots: int = 8  # exemplars before the question (base targets; chat targets get none)
     max_new_tokens: int = 256
     stop: list[str] = field(default_factory=lambda: ["Q:", "</s>", "<|im_end|>"])
 

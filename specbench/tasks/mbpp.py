@@ -37,7 +37,7 @@ def plain_prompt(row: dict) -> str:
 @dataclass
 class MbppConfig(TaskConfig):
     name: str = "mbpp"
-    variant: str = "full"
+    variant: str = "full"  # full (mbpp.jsonl) or sanitized (sanitized-mbpp.json)
     source: str = "hub"  # or a local mbpp.jsonl (full) / sanitized-mbpp.json (sanitized)
     max_new_tokens: int = 512
     stop: list[str] = field(default_factory=lambda: ["[DONE]"])

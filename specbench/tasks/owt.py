@@ -22,11 +22,11 @@ from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
 @dataclass
 class OwtConfig(TaskConfig):
     name: str = "owt"
-    source: str = "hub"
-    documents: int = 500
-    prefix_tokens: int = 64
+    source: str = "hub"  # or a local JSONL of {"text"} documents
+    documents: int = 500  # how many: the first of the hub's stream or of the local file
+    prefix_tokens: int = 64  # the document's first tokens, the prompt
     max_new_tokens: int = 128
-    oracle: str | None = "${target.name_or_path}"
+    oracle: str | None = "${target.name_or_path}"  # the LM scoring perplexity; null skips it
 
 
 class OwtTask(Task):

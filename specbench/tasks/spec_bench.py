@@ -32,7 +32,7 @@ def category_of(raw: str) -> str:
 class SpecBenchConfig(TaskConfig):
     name: str = "spec_bench"
     path: str = "${data:spec_bench/question.jsonl}"
-    categories: list[str] = field(default_factory=list)
+    categories: list[str] = field(default_factory=list)  # keep only these; empty: all six
     multi_turn: bool = True  # MT-Bench questions: both turns (Spec-Bench's protocol), or the first
     max_new_tokens: int = 1024
 

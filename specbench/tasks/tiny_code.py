@@ -19,7 +19,7 @@ from specbench.tasks.base import Sample, Task, TaskConfig, read_jsonl
 class TinyCodeConfig(TaskConfig):
     name: str = "tiny_code"
     path: str = "${tiny:tiny_code.jsonl}"
-    oracle: str | None = "specbench:tiny"
+    oracle: str | None = "specbench:tiny"  # the LM scoring NLL; null skips NLL
 
 
 class TinyCodeTask(Task):
