@@ -89,16 +89,16 @@ def test_prompt_longer_than_the_context(tmp_path: Path) -> None:
         + json.dumps({"id": "long", "prompt": "word " * 2100})
         + "\n"
     )
-    message = fails([f"task.path={prompts}"], "prompts[long]", "2101 prompt tokens", tmp_path)
+    message = fails([f"task.source={prompts}"], "prompts[long]", "2101 prompt tokens", tmp_path)
     assert "context of 2048" in message
 
 
 def test_malformed_prompts_file_names_the_line(tmp_path: Path) -> None:
     prompts = tmp_path / "bad.jsonl"
     prompts.write_text('{"id": 1, "prompt": "fine"}\n{"id": 2, "prompt": oops}\n')
-    assert "line 2" in fails([f"task.path={prompts}"], "task.path", str(prompts), tmp_path)
+    assert "line 2" in fails([f"task.source={prompts}"], "task.source", str(prompts), tmp_path)
     prompts.write_text('{"id": 1, "prompt": "fine"}\n{"id": 2}\n')
-    assert "line 2" in fails([f"task.path={prompts}"], "task.path", str(prompts), tmp_path)
+    assert "line 2" in fails([f"task.source={prompts}"], "task.source", str(prompts), tmp_path)
 
 
 def test_unwritable_results_dir(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ def test_records_of_another_config_are_not_mixed(tmp_path: Path) -> None:
 def test_repeated_sample_ids(tmp_path: Path) -> None:
     prompts = tmp_path / "twice.jsonl"
     prompts.write_text('{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}\n')
-    assert "appears twice" in fails([f"task.path={prompts}"], "task", "prompts", tmp_path)
+    assert "appears twice" in fails([f"task.source={prompts}"], "task", "prompts", tmp_path)
 
 
 def test_truncate_left_keeps_the_end_of_a_long_prompt(tmp_path: Path) -> None:
@@ -129,7 +129,7 @@ def test_truncate_left_keeps_the_end_of_a_long_prompt(tmp_path: Path) -> None:
     prompts.write_text(json.dumps({"id": "long", "prompt": "word " * 2100 + "END"}) + "\n")
     cfg = compose_cfg(
         *RANDOM,
-        f"task.path={prompts}",
+        f"task.source={prompts}",
         "run.fit_context=truncate_left",
         "run.max_new_tokens=48",
         f"run.results_dir={tmp_path}",

@@ -75,9 +75,9 @@ def test_a_stored_config_names_no_directory_of_this_machine(tmp_path: Path) -> N
     )
     text = (plan.store.run_dir / "config.yaml").read_text()
     assert str(paths.REPO_ROOT) not in text and str(paths.data_dir()) not in text
-    assert plan.config["task"]["path"] == "${data:spec_bench/question.jsonl}"
+    assert plan.config["task"]["source"] == "${data:spec_bench/question.jsonl}"
     assert plan.config["target"]["name_or_path"] == "specbench:tiny"
     reloaded = OmegaConf.create(plan.config)
-    assert reloaded.task.path == str(paths.data_dir() / "spec_bench/question.jsonl")
+    assert reloaded.task.source == str(paths.data_dir() / "spec_bench/question.jsonl")
     tiny = prepare(compose_cfg(f"run.results_dir={tmp_path}"))
     assert tiny.config["task"]["path"] == "${tiny:tiny_code.jsonl}"

@@ -156,21 +156,24 @@ def test_mt_bench_second_turn_follows_the_models_own_first_answer(tokenizer) -> 
 
 
 def test_spec_bench_has_six_categories_and_multi_turn_conversations() -> None:
-    task = SpecBenchTask(SpecBenchConfig(path=str(DATA / "spec_bench/question.jsonl")))
+    task = SpecBenchTask(SpecBenchConfig(source=str(DATA / "spec_bench/question.jsonl")))
     samples = task.samples()
     assert len(samples) == 480
     assert sorted({s.meta["category"] for s in samples}) == sorted(CATEGORIES)
     assert all(len(s.turns) == (2 if s.meta["category"] == "mt_bench" else 1) for s in samples)
     only = SpecBenchTask(
-        SpecBenchConfig(path=str(DATA / "spec_bench/question.jsonl"), categories=["qa"])
+        SpecBenchConfig(source=str(DATA / "spec_bench/question.jsonl"), categories=["qa"])
     ).samples()
     assert len(only) == 80
     with pytest.raises(ConfigError, match="task.categories"):
         SpecBenchTask(
-            SpecBenchConfig(path=str(DATA / "spec_bench/question.jsonl"), categories=["poetry"])
+            SpecBenchConfig(source=str(DATA / "spec_bench/question.jsonl"), categories=["poetry"])
         ).samples()
 
 
 def test_a_missing_local_file_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="task.source"):
         Gsm8kTask(Gsm8kConfig(source="/nonexistent/test.jsonl")).samples()
+    with pytest.raises(ConfigError, match="reads a local file only") as err:
+        SpecBenchTask(SpecBenchConfig(source="hub")).samples()
+    assert err.value.key == "task.source"

@@ -118,6 +118,13 @@ def read_jsonl(path: str, key: str, required: tuple[str, ...]) -> list[dict[str,
     return rows
 
 
+def local_source(source: str, what: str) -> str:
+    """`task.source` of a task that reads a local file only: `hub` names no dataset there."""
+    if source == "hub":
+        raise ConfigError("task.source", source, f"this task reads a local file only: give {what}")
+    return source
+
+
 def read_rows(path: str, key: str) -> list[dict[str, Any]]:
     """A local data file in its upstream format: JSONL (optionally gzipped) or a JSON array."""
     file = Path(path)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from specbench.errors import ConfigError
 from specbench.registry import TaskSpec, register_task
-from specbench.tasks.base import Sample, Task, TaskConfig, read_jsonl
+from specbench.tasks.base import Sample, Task, TaskConfig, local_source, read_jsonl
 
 MT_BENCH = {
     "writing",
@@ -31,7 +31,7 @@ def category_of(raw: str) -> str:
 @dataclass
 class SpecBenchConfig(TaskConfig):
     name: str = "spec_bench"
-    path: str = "${data:spec_bench/question.jsonl}"
+    source: str = "${data:spec_bench/question.jsonl}"  # a local question.jsonl only (no hub)
     categories: list[str] = field(default_factory=list)  # keep only these; empty: all six
     multi_turn: bool = True  # MT-Bench questions: both turns (Spec-Bench's protocol), or the first
     max_new_tokens: int = 1024
@@ -44,7 +44,11 @@ class SpecBenchTask(Task):
         unknown = [c for c in self.cfg.categories if c not in CATEGORIES]
         if unknown:
             raise ConfigError("task.categories", unknown, f"allowed: {', '.join(CATEGORIES)}")
-        rows = read_jsonl(self.cfg.path, "task.path", required=("question_id", "category", "turns"))
+        rows = read_jsonl(
+            local_source(self.cfg.source, "Spec-Bench's question.jsonl"),
+            "task.source",
+            required=("question_id", "category", "turns"),
+        )
         samples = []
         for row in rows:
             category = category_of(row["category"])
