@@ -60,7 +60,7 @@ def main() -> None:
     print(f"{'decoder':<12} {'cache':<22} {'positions/call':>15} {'calls':>7}")
     for cache_name, cache in CACHES.items():
         for depth in (1, 3, 7):
-            decoder = PSDDecoder(target, PSDConfig(block_length=BLOCK, depth=depth, **cache))
+            decoder = PSDDecoder(target, PSDConfig(block_length=BLOCK, policy="quota", depth=depth, **cache))
             ppc, calls = per_call(decoder, target, prompts)
             print(f"{f'PSD d={depth}':<12} {cache_name:<22} {ppc:>15.0f} {calls:>7.1f}")
         for nodes in (5, 10):

@@ -1,5 +1,5 @@
-"""The loop over samples: warm-up, then per sample the baseline and method arms (order
-alternating, same seed), scoring, and one record appended the moment the sample is done."""
+"""The loop over samples: warm-up, then per sample every arm (baseline, method, references; the
+order rotating, same seed), scoring, and one `Record` appended the moment the sample is done."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from typing import Any
 
 import torch
 from tqdm import tqdm
-from transformers import PreTrainedTokenizerBase
 
 from specbench.decoding.generation import Decoder, Generation, Stop
+from specbench.method import Method
 from specbench.metrics.summary import first_divergence
+from specbench.results.record import Arm, Record, tie_tolerance
 from specbench.results.store import RunStore
 from specbench.results.wandb import WandbMirror
 from specbench.tasks.base import Sample, Task
@@ -20,8 +21,58 @@ from specbench.tasks.base import Sample, Task
 
 @dataclass
 class Arms:
+    """The decoders run on every sample. A reference that is None is the baseline arm."""
+
     method: Decoder
     baseline: Decoder | None
+    references: dict[str, Decoder | None]
+
+
+@dataclass
+class Job:
+    """What `evaluate` reads: the method and its arms, the samples and how to prompt, stop and
+    score them."""
+
+    method: Method
+    arms: Arms
+    target: Any
+    task: Task
+    samples: list[Sample]
+    prompt_ids: dict[str, list[int]]
+    tokenizer: Any
+    stop: Stop
+    device: torch.device
+    run: Any  # RunConfig
+
+
+@dataclass
+class Decoded:
+    """One arm's turns of one sample, with the prompt each turn was decoded from."""
+
+    turns: list[Generation]
+    prompts: list[list[int]]
+    answers: list[str]
+
+    def arm(self, quality: dict[str, float]) -> Arm:
+        tokens = [t for g in self.turns for t in g.tokens]
+        return Arm(
+            output_ids=tokens,
+            wall_s=sum(g.wall_s for g in self.turns),
+            ttft_s=sum(g.ttft_s for g in self.turns),  # each turn's prefill is its first token
+            target_calls=sum(g.target_calls for g in self.turns),
+            target_positions=sum(g.positions for g in self.turns),
+            emitted_per_call=[k for g in self.turns for k in g.emitted],
+            text=self.answers[0] if len(self.answers) == 1 else self.answers,
+            quality=quality,
+        )
+
+    def prefix_at(self, index: int) -> list[int] | None:
+        """The ids a target reads before emitting merged output token `index`."""
+        for prompt, turn in zip(self.prompts, self.turns):
+            if index < len(turn.tokens):
+                return prompt + turn.tokens[:index]
+            index -= len(turn.tokens)
+        return None
 
 
 def sample_seed(seed: int, sample_id: str) -> int:
@@ -29,122 +80,89 @@ def sample_seed(seed: int, sample_id: str) -> int:
     return zlib.crc32(f"{seed}:{sample_id}".encode())
 
 
-def _arm_fields(gen: Generation, answers: list[str], quality: dict[str, float]) -> dict[str, Any]:
-    return {
-        "output_ids": gen.tokens,
-        "new_tokens": len(gen.tokens),
-        "wall_s": gen.wall_s,
-        "ttft_s": gen.ttft_s,
-        "target_calls": gen.target_calls,
-        "target_positions": gen.positions,
-        "text": answers[0] if len(answers) == 1 else answers,
-        "quality": quality,
-    }
+def decode(job: Job, decoder: Decoder, sample: Sample) -> Decoded:
+    """Every turn of the sample; a later turn's prompt holds this arm's earlier answers."""
+    generator = torch.Generator(device=job.device).manual_seed(sample_seed(job.run.seed, sample.id))
+    max_new = job.run.max_new_tokens or job.task.cfg.max_new_tokens
+    out = Decoded([], [], [])
+    for k in range(len(sample.user_turns)):
+        ids = (
+            job.prompt_ids[sample.id]
+            if k == 0
+            else job.task.prompt_ids(job.tokenizer, sample, job.task.chat, out.answers)
+        )
+        out.prompts.append(ids)
+        out.turns.append(decoder.generate(ids, max_new, generator, job.stop))
+        text = job.tokenizer.decode(out.turns[-1].tokens, skip_special_tokens=True)
+        out.answers.append(job.task.answer(text))
+    return out
 
 
-def merge(turns: list[Generation]) -> Generation:
-    """A multi-turn conversation counted as one generation: tokens of every turn in order,
-    times and calls summed (each turn's prefill counts as its time to first token)."""
-    if len(turns) == 1:
-        return turns[0]
-    return Generation(
-        tokens=[t for g in turns for t in g.tokens],
-        wall_s=sum(g.wall_s for g in turns),
-        ttft_s=sum(g.ttft_s for g in turns),
-        target_calls=sum(g.target_calls for g in turns),
-        drafter_calls=sum(g.drafter_calls for g in turns),
-        draft_s=sum(g.draft_s for g in turns),
-        verify_s=sum(g.verify_s for g in turns),
-        draft_lengths=[n for g in turns for n in g.draft_lengths],
-        accepted=[n for g in turns for n in g.accepted],
-        rounds=[r for g in turns for r in g.rounds],
-        positions=sum(g.positions for g in turns),
+def record(job: Job, sample: Sample, decoded: dict[str, Decoded]) -> Record:
+    """The sample's record from its arms' decodings (`method`, `baseline`, references)."""
+    score = job.task.score_answers
+    mine = decoded["method"]
+    rec = Record(
+        id=sample.id,
+        meta=sample.meta,
+        prompt_tokens=len(job.prompt_ids[sample.id]),
+        method=mine.arm(score(sample, mine.answers)),
+        drafter_calls=sum(g.drafter_calls for g in mine.turns),
+        draft_s=sum(g.draft_s for g in mine.turns),
+        verify_s=sum(g.verify_s for g in mine.turns),
+        drafted_per_round=[n for g in mine.turns for n in g.draft_lengths],
+        accepted_per_round=[n for g in mine.turns for n in g.accepted],
+        rounds=[r for g in mine.turns for r in g.rounds],
+        exact=job.method.exact(),
+        facts=job.method.facts(job.arms.method),
     )
+    for name, ref in job.arms.references.items():
+        ran = decoded["baseline" if ref is None else name]
+        rec.references[name] = ran.arm(score(sample, ran.answers))
+    if "baseline" in decoded:
+        base = decoded["baseline"]
+        rec.baseline = base.arm(score(sample, base.answers))
+        rec.first_divergence = first_divergence(rec.method.output_ids, rec.baseline.output_ids)
+        if rec.first_divergence is not None:
+            rec.divergence_gap, rec.tie_flip = divergence_gap(job, base, rec.first_divergence)
+    return rec
 
 
-def evaluate(
-    arms: Arms,
-    task: Task,
-    samples: list[Sample],
-    prompt_ids: dict[str, list[int]],
-    tokenizer: PreTrainedTokenizerBase,
-    stop: Stop,
-    device: torch.device,
-    run_cfg: Any,
-    store: RunStore,
-    mirror: WandbMirror,
-    lossless: bool = True,
-    flags: dict[str, Any] | None = None,
-) -> None:
-    """`lossless` is the method's own claim for this config; a lossy one marks every record.
-    `flags` are further facts about the method's config that every record carries (a prefix
-    cache that makes the target's logits approximate)."""
-    todo = [s for s in samples if s.id not in store.done]
+def divergence_gap(job: Job, base: Decoded, index: int) -> tuple[float | None, bool | None]:
+    """The baseline target's top-2 logit gap where the method's output first differs, and
+    whether it is within the dtype's tie tolerance (outside every timer)."""
+    prefix = base.prefix_at(index)
+    top2 = job.method.top2_logits(job.target, prefix) if prefix is not None else None
+    if top2 is None:
+        return None, None
+    (first, second), dtype = top2
+    gap = first - second
+    return gap, gap <= tie_tolerance(dtype, first)
+
+
+def evaluate(job: Job, store: RunStore, mirror: WandbMirror) -> None:
+    todo = [s for s in job.samples if s.id not in store.done]
     if not todo:
         return
-    max_new = run_cfg.max_new_tokens or task.cfg.max_new_tokens
-
-    def run_arm(decoder: Decoder, sample: Sample) -> tuple[Generation, list[str]]:
-        """Every turn of the sample; a later turn's prompt holds this arm's earlier answers."""
-        generator = torch.Generator(device=device).manual_seed(sample_seed(run_cfg.seed, sample.id))
-        turns: list[Generation] = []
-        answers: list[str] = []
-        for k in range(len(sample.user_turns)):
-            ids = (
-                prompt_ids[sample.id]
-                if k == 0
-                else task.prompt_ids(tokenizer, sample, task.chat, answers)
-            )
-            turns.append(decoder.generate(ids, max_new, generator, stop))
-            answers.append(
-                task.answer(tokenizer.decode(turns[-1].tokens, skip_special_tokens=True))
-            )
-        return merge(turns), answers
-
-    for i in range(run_cfg.warmup):
-        for decoder in filter(None, (arms.baseline, arms.method)):
-            run_arm(decoder, todo[i % len(todo)])
+    arms = {"baseline": job.arms.baseline, "method": job.arms.method}
+    arms.update({k: v for k, v in job.arms.references.items() if v is not None})
+    arms = {k: v for k, v in arms.items() if v is not None}
+    for i in range(job.run.warmup):
+        for decoder in arms.values():
+            decode(job, decoder, todo[i % len(todo)])
 
     bar = tqdm(
-        todo, desc="samples", unit="sample", disable=not run_cfg.progress, dynamic_ncols=True
+        todo, desc="samples", unit="sample", disable=not job.run.progress, dynamic_ncols=True
     )
     tokens = seconds = calls = 0.0
+    names = list(arms)
     for k, sample in enumerate(bar):
-        order = ("baseline", "method") if k % 2 == 0 else ("method", "baseline")
-        outputs: dict[str, tuple[Generation, list[str]]] = {}
-        for arm in order:
-            decoder = getattr(arms, arm)
-            if decoder is not None:
-                outputs[arm] = run_arm(decoder, sample)
-        gen, answers = outputs["method"]
-        record = {
-            "id": sample.id,
-            "meta": sample.meta,
-            "prompt_tokens": len(prompt_ids[sample.id]),
-            **_arm_fields(gen, answers, task.score_answers(sample, answers)),
-            "decode_s": gen.wall_s - gen.ttft_s,
-            "drafter_calls": gen.drafter_calls,
-            "draft_s": gen.draft_s,
-            "verify_s": gen.verify_s,
-            "draft_tokens": sum(gen.draft_lengths),
-            "accepted_tokens": sum(gen.accepted),
-            "draft_lengths": gen.draft_lengths,
-            "accepted_per_round": gen.accepted,
-            "accept_lengths": [a + 1 for a in gen.accepted] or [1] * len(gen.tokens),
-            "rounds": gen.rounds,
-            "first_divergence": None,
-            "lossy": not lossless,
-            **(flags or {}),
-            "baseline": None,
-        }
-        if "baseline" in outputs:
-            base, base_answers = outputs["baseline"]
-            quality = task.score_answers(sample, base_answers)
-            record["baseline"] = _arm_fields(base, base_answers, quality)
-            record["first_divergence"] = first_divergence(gen.tokens, base.tokens)
-        store.append(record)
-        mirror.log_sample(record)
-        tokens += record["new_tokens"]
-        seconds += record["wall_s"]
-        calls += record["target_calls"]
+        order = names[k % len(names) :] + names[: k % len(names)]  # each arm leads in turn
+        decoded = {name: decode(job, arms[name], sample) for name in order}
+        rec = record(job, sample, decoded)
+        store.append(rec)
+        mirror.log_sample(rec)
+        tokens += rec.method.new_tokens
+        seconds += rec.method.wall_s
+        calls += rec.method.target_calls
         bar.set_postfix(tok_s=f"{tokens / seconds:.1f}", tau=f"{tokens / calls:.2f}")

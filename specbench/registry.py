@@ -1,38 +1,68 @@
-"""Name -> builder registries, one per axis (methods, tasks, built-in models).
+"""Name -> entry registries, one per axis (methods, tasks, built-in models).
 
 A method or task registers itself from its own module, together with the structured config that
-Hydra validates its YAML against, so adding one is one Python file plus one YAML file.
+Hydra validates its YAML against, so adding one is one Python file plus one YAML file. A
+registry refuses a second entry under a taken name and an entry of the wrong kind: a silent
+overwrite would make a run measure a different method than its name says.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from hydra.core.config_store import ConfigStore
 
+T = TypeVar("T")
 
-@dataclass(frozen=True)
-class MethodSpec:
-    name: str
-    config: type
-    build: Callable[..., Any]  # (method_cfg, target, drafter, warp) -> Decoder
-    needs_drafter: bool
-    drafter_kind: str = "causal"  # the `kind` a drafter's config must have: causal | diffusion
-    target_kind: str = "causal"  # the `kind` the target's config must have
-    # (method_cfg, target, warp) -> the baseline arm's Decoder; None: plain AR decoding
-    baseline: Callable[..., Any] | None = None
-    check: Callable[[Any, Any], None] = lambda cfg, warp: None  # raises ConfigError on a bad knob
-    # (method_cfg, target_cfg): knobs that depend on the target (before any weight loads)
-    check_target: Callable[[Any, Any], None] = lambda cfg, target: None
-    # (decoder, prompt ids, summary) -> predicted speedup and the forward costs behind it
-    cost_model: Callable[..., dict] | None = None
-    # whether the output is distributed exactly as the target's
-    lossless: Callable[[Any, Any], bool] = lambda cfg, warp: True
+
+class Registry(Generic[T]):
+    """Entries of one axis by name. `accepts` says whether an object may be an entry;
+    `schema` gives the dataclass stored in Hydra's ConfigStore as `<axis>/schema_<name>`."""
+
+    def __init__(
+        self,
+        axis: str,
+        accepts: Callable[[Any], bool],
+        kind: str,
+        schema: Callable[[T], type] | None = None,
+    ):
+        self.axis, self.accepts, self.kind, self.schema = axis, accepts, kind, schema
+        self._entries: dict[str, T] = {}
+
+    def add(self, name: str, entry: T) -> T:
+        if not self.accepts(entry):
+            raise TypeError(f"{self.axis} registry: {entry!r} is not a {self.kind}")
+        if name in self._entries:
+            raise ValueError(
+                f"{self.axis} registry: {name!r} is taken by {self._entries[name]!r}; "
+                "choose another name"
+            )
+        self._entries[name] = entry
+        if self.schema is not None:
+            node = self.schema(entry)
+            ConfigStore.instance().store(group=self.axis, name=f"schema_{name}", node=node)
+        return entry
+
+    def register(self, entry: T) -> T:
+        """Add an entry that knows its own name (a class decorator for methods)."""
+        return self.add(entry.name, entry)
+
+    def __getitem__(self, name: str) -> T:
+        return self._entries[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._entries))
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 @dataclass(frozen=True)
@@ -42,33 +72,28 @@ class TaskSpec:
     build: Callable[[Any, bool], Any]  # (task_cfg, the target reads chat templates) -> Task
 
 
-METHODS: dict[str, MethodSpec] = {}
-TASKS: dict[str, TaskSpec] = {}
-BUILTIN_MODELS: dict[str, Callable[[Path], None]] = {}
+def _is_method(entry: Any) -> bool:
+    from specbench.method import Method
+
+    return isinstance(entry, type) and issubclass(entry, Method) and entry is not Method
 
 
-def _store_schema(group: str, name: str, node: type) -> None:
-    ConfigStore.instance().store(group=group, name=f"schema_{name}", node=node)
-
-
-def register_method(spec: MethodSpec) -> MethodSpec:
-    METHODS[spec.name] = spec
-    _store_schema("method", spec.name, spec.config)
-    return spec
+METHODS: Registry = Registry("method", _is_method, "Method subclass", lambda cls: cls.Config)
+TASKS: Registry[TaskSpec] = Registry(
+    "task", lambda e: isinstance(e, TaskSpec), "TaskSpec", lambda spec: spec.config
+)
+BUILTIN_MODELS: Registry[Callable[[Path], None]] = Registry("model", callable, "function")
 
 
 def register_task(spec: TaskSpec) -> TaskSpec:
-    TASKS[spec.name] = spec
-    _store_schema("task", spec.name, spec.config)
-    return spec
+    return TASKS.register(spec)
 
 
 def register_builtin_model(name: str) -> Callable:
     """Decorator for a function that writes a model with `save_pretrained` into a directory."""
 
     def wrap(fn: Callable[[Path], None]) -> Callable[[Path], None]:
-        BUILTIN_MODELS[name] = fn
-        return fn
+        return BUILTIN_MODELS.add(name, fn)
 
     return wrap
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -12,20 +11,19 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
-from rich.console import Console
-from rich.table import Table
 
 from specbench import paths
-from specbench.config import ModelConfig
-from specbench.decoding.autoregressive import AutoregressiveDecoder
+from specbench.config import Config, ModelConfig, RunConfig
 from specbench.decoding.generation import Stop
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
-from specbench.evaluate import Arms, evaluate
+from specbench.evaluate import Arms, Job, evaluate
+from specbench.method import Method
 from specbench.metrics.summary import summarize
 from specbench.models import loading
 from specbench.models.diffusion import ADAPTERS
-from specbench.registry import METHODS, TASKS, MethodSpec, discover
+from specbench.registry import METHODS, TASKS, discover
+from specbench.results.console import print_summary
 from specbench.results.env import environment, fingerprint
 from specbench.results.store import RunStore, config_hash
 from specbench.results.sweep import SweepSummary, write_outcome
@@ -35,17 +33,17 @@ from specbench.tasks.base import Sample, Task
 discover()  # method and task schemas must be in Hydra's ConfigStore before it composes
 
 GROUPS = ("target", "drafter", "method", "task", "logging", "run", "experiment")
-NO_DRAFTER = asdict(ModelConfig(name="none", name_or_path=None, kind="none"))
 
 
 @dataclass
 class Plan:
-    """Everything validated and tokenised; nothing loaded yet."""
+    """Everything validated and tokenised, the store open; nothing loaded yet. `config` is the
+    typed config (dataclasses); `identity` its plain form, stored as `config.yaml`."""
 
-    config: dict[str, Any]
+    config: Config
+    identity: dict[str, Any]
     run_id: str
-    method: MethodSpec
-    warp: Warp
+    method: Method
     task: Task
     samples: list[Sample]
     prompt_ids: dict[str, list[int]]
@@ -138,122 +136,195 @@ def _check_drafter_vocabulary(drafter: Any, target_tokens: int) -> None:
         )
 
 
-def prepare(cfg: DictConfig) -> Plan:
-    """Validate everything that can be checked without weights; raise ConfigError otherwise."""
-    discover()
-    _check_run(cfg.run)
-    if cfg.method.name not in METHODS:
-        raise ConfigError("method", cfg.method.name, f"allowed: {', '.join(sorted(METHODS))}")
-    method = METHODS[cfg.method.name]
-    warp = Warp(cfg.run.temperature, cfg.run.top_k, cfg.run.top_p)
-    method.check(cfg.method, warp)
-    if cfg.target.kind != method.target_kind:
+def validate(config: Config) -> Method:
+    """Every check that reads no file: the run's knobs, the method's, and the models' kinds."""
+    _check_run(config.run)
+    if config.method.name not in METHODS:
+        raise ConfigError("method", config.method.name, f"allowed: {', '.join(METHODS)}")
+    method = METHODS[config.method.name](config.method, warp_of(config.run))
+    method.check()
+    if config.target.kind != method.target_kind:
         raise ConfigError(
             "target.kind",
-            cfg.target.kind,
+            config.target.kind,
             f"method {method.name} needs a {method.target_kind} target",
         )
-    _check_model(cfg.target, "target")
-    method.check_target(cfg.method, cfg.target)
-    if cfg.target.kind == "diffusion":
-        loading.check_diffusion_checkpoint(cfg.target, "target")
-    if method.needs_drafter:
-        if cfg.drafter.name_or_path is None:
+    _check_model(config.target, "target")
+    method.check_target(config.target)
+    if method.drafter_kind is not None:
+        if config.drafter.name_or_path is None:
             raise ConfigError(
                 "drafter",
-                cfg.drafter.name,
+                config.drafter.name,
                 f"method {method.name} needs a drafter (e.g. drafter=gpt2)",
             )
-        if cfg.drafter.kind != method.drafter_kind:
+        if config.drafter.kind != method.drafter_kind:
             raise ConfigError(
                 "drafter.kind",
-                cfg.drafter.kind,
+                config.drafter.kind,
                 f"method {method.name} needs a {method.drafter_kind} drafter",
             )
-        _check_model(cfg.drafter, "drafter")
-    if cfg.logging.wandb.mode not in ("offline", "online", "disabled"):
+        _check_model(config.drafter, "drafter")
+    else:
+        config.drafter = ModelConfig(
+            name="none", name_or_path=None, kind="none"
+        )  # not its identity
+    if config.logging.wandb.mode not in ("offline", "online", "disabled"):
         raise ConfigError(
-            "logging.wandb.mode", cfg.logging.wandb.mode, "allowed: offline, online, disabled"
+            "logging.wandb.mode", config.logging.wandb.mode, "allowed: offline, online, disabled"
         )
+    if config.task.name not in TASKS:
+        raise ConfigError("task", config.task.name, f"allowed: {', '.join(TASKS)}")
+    return method
 
-    config = paths.portable(OmegaConf.to_container(cfg, resolve=True))
-    if not method.needs_drafter:
-        config["drafter"] = dict(NO_DRAFTER)  # irrelevant to this method: not in its identity
-    tokenizer = loading.load_tokenizer(cfg.target, "target")
-    contexts = [("target", loading.context_length(cfg.target, "target"))]
-    if method.needs_drafter:
-        why = _same_tokenizer(
-            tokenizer,
-            loading.load_tokenizer(cfg.drafter, "drafter"),
-            extra_ok=method.drafter_kind == "diffusion",
+
+def warp_of(run: RunConfig) -> Warp:
+    return Warp(run.temperature, run.top_k, run.top_p)
+
+
+def check_models(config: Config, method: Method) -> tuple[Any, list[tuple[str, int | None]]]:
+    """Checkpoint configs and tokenizers (no weights): the target's tokenizer, and each model's
+    context length for `fit_context`."""
+    if config.target.kind == "diffusion":
+        loading.check_diffusion_checkpoint(config.target, "target")
+    tokenizer = loading.load_tokenizer(config.target, "target")
+    contexts = [("target", loading.context_length(config.target, "target"))]
+    if method.drafter_kind is None:
+        return tokenizer, contexts
+    why = _same_tokenizer(
+        tokenizer,
+        loading.load_tokenizer(config.drafter, "drafter"),
+        extra_ok=method.drafter_kind == "diffusion",
+    )
+    if why:
+        raise ConfigError(
+            "drafter",
+            config.drafter.name,
+            f"its tokenizer differs from the target's: {why}; allowed: a drafter sharing the target's tokenizer",
         )
-        if why:
-            raise ConfigError(
-                "drafter",
-                cfg.drafter.name,
-                f"its tokenizer differs from the target's: {why}; allowed: a drafter sharing the target's tokenizer",
-            )
-        if method.drafter_kind == "causal":  # a diffusion drafter left-truncates its prefix
-            contexts.append(("drafter", loading.context_length(cfg.drafter, "drafter")))
-        else:
-            _check_drafter_vocabulary(cfg.drafter, len(tokenizer))
+    if method.drafter_kind == "causal":  # a diffusion drafter left-truncates its prefix
+        contexts.append(("drafter", loading.context_length(config.drafter, "drafter")))
+    else:
+        _check_drafter_vocabulary(config.drafter, len(tokenizer))
+    return tokenizer, contexts
 
-    if cfg.task.name not in TASKS:
-        raise ConfigError("task", cfg.task.name, f"allowed: {', '.join(sorted(TASKS))}")
-    task = TASKS[cfg.task.name].build(cfg.task, cfg.target.chat_template)
-    max_new = cfg.run.max_new_tokens or cfg.task.max_new_tokens
+
+def load_samples(config: Config) -> tuple[Task, list[Sample], int]:
+    """The task, its first `run.limit` samples (ids unique: resume is keyed by id), and the
+    generation length."""
+    task = TASKS[config.task.name].build(config.task, config.target.chat_template)
+    max_new = config.run.max_new_tokens or config.task.max_new_tokens
     if max_new < 1:
         raise ConfigError("task.max_new_tokens", max_new, "must be an integer >= 1")
-    samples = task.samples()[: cfg.run.limit]
+    samples = task.samples()[: config.run.limit]
     if not samples:
-        raise ConfigError("task", cfg.task.name, "has no samples with these settings")
+        raise ConfigError("task", config.task.name, "has no samples with these settings")
     seen: set[str] = set()
     for sample in samples:
-        if sample.id in seen:  # resume is keyed by id: a repeated id would be skipped as done
+        if sample.id in seen:
             raise ConfigError(
-                "task", cfg.task.name, f"sample id {sample.id!r} appears twice; ids must be unique"
+                "task",
+                config.task.name,
+                f"sample id {sample.id!r} appears twice; ids must be unique",
             )
         seen.add(sample.id)
-    prompt_ids = {s.id: task.prompt_ids(tokenizer, s, cfg.target.chat_template) for s in samples}
+    return task, samples, max_new
+
+
+def fit_context(
+    config: Config,
+    prompt_ids: dict[str, list[int]],
+    samples: list[Sample],
+    contexts: list[tuple[str, int | None]],
+    max_new: int,
+) -> None:
+    """Every prompt plus `max_new` tokens must fit the smallest context; `truncate_left` keeps
+    a prompt's end instead (the dropped count goes into the sample's meta)."""
     context = min((ctx for _, ctx in contexts if ctx is not None), default=None)
     for sample in samples:
         ids = prompt_ids[sample.id]
         if context is None or len(ids) + max_new <= context:
             continue
-        if cfg.run.fit_context == "truncate_left" and context - max_new >= 1:
+        if config.run.fit_context == "truncate_left" and context - max_new >= 1:
             prompt_ids[sample.id] = ids[len(ids) + max_new - context :]
             sample.meta["prompt_tokens_dropped"] = len(ids) + max_new - context
             continue
         key = next(k for k, ctx in contexts if ctx == context)
         raise ConfigError(
-            f"{cfg.task.name}[{sample.id}]",
+            f"{config.task.name}[{sample.id}]",
             f"{len(ids)} prompt tokens",
             f"prompt + max_new_tokens ({max_new}) must fit the {key}'s context of {context} "
             "tokens (run.fit_context=truncate_left keeps the prompt's end)",
         )
 
-    digest = config_hash(config)
-    run_id = cfg.run.name or "-".join(
-        [cfg.method.name, cfg.target.name, config["drafter"]["name"], cfg.task.name, digest[:8]]
-    )
-    store = RunStore.open(config, run_id)
+
+def run_id_of(config: Config, identity: dict[str, Any]) -> str:
+    """`run.name`, or method-target-drafter-task and the config hash: the cell's identity."""
+    parts = [config.method.name, config.target.name, config.drafter.name, config.task.name]
+    return config.run.name or "-".join([*parts, config_hash(identity)[:8]])
+
+
+def prepare(cfg: DictConfig) -> Plan:
+    """Validate everything that can be checked without weights (ConfigError otherwise), then
+    open the run directory."""
+    discover()
+    config: Config = OmegaConf.to_object(cfg)
+    method = validate(config)
+    tokenizer, contexts = check_models(config, method)
+    task, samples, max_new = load_samples(config)
+    method.check_task(task, samples)
+    prompt_ids = {s.id: task.prompt_ids(tokenizer, s, config.target.chat_template) for s in samples}
+    fit_context(config, prompt_ids, samples, contexts, max_new)
+    identity = paths.portable(asdict(config))
+    run_id = run_id_of(config, identity)
+    store = RunStore.open(identity, run_id)
+    device = loading.resolve_device(config.run.device)
     return Plan(
-        config,
-        run_id,
-        method,
-        warp,
-        task,
-        samples,
-        prompt_ids,
-        tokenizer,
-        loading.resolve_device(cfg.run.device),
-        store,
+        config, identity, run_id, method, task, samples, prompt_ids, tokenizer, device, store
     )
 
 
-def plain(method_cfg: Any, target: Any, warp: Warp) -> AutoregressiveDecoder:
-    """The baseline arm of a method on an AR target: the target's own decoding."""
-    return AutoregressiveDecoder(target, warp)
+def load_models(plan: Plan) -> tuple[Any, Any]:
+    """The target and, if the method takes one, the drafter, on the run's device and dtype."""
+    config, load = (
+        plan.config,
+        {"causal": loading.load_causal_lm, "diffusion": loading.load_diffusion_lm},
+    )
+    if config.run.threads:
+        torch.set_num_threads(config.run.threads)
+    target = load[config.target.kind](config.target, "target", plan.device, config.run.dtype)
+    drafter = None
+    if plan.method.drafter_kind is not None:
+        drafter = load[config.drafter.kind](
+            config.drafter, "drafter", plan.device, config.run.dtype
+        )
+    return target, drafter
+
+
+def summarise(plan: Plan, job: Job, env: dict[str, Any]) -> dict[str, Any]:
+    """The summary of the cell's records: who it is, what its losslessness means, every metric,
+    and the cost model's prediction."""
+    method, config = plan.method, plan.config
+    wanted = {s.id for s in plan.samples}
+    records = [r for r in plan.store.records if r.id in wanted]
+    summary = {
+        "run_id": plan.run_id,
+        "method": method.name,
+        "label": method.label(),
+        "target": config.target.name,
+        "drafter": config.drafter.name,
+        "task": config.task.name,
+        "baseline": method.baseline_name if config.run.baseline else None,
+        "lossless": method.exact(),
+        "lossless_wrt": method.lossless_wrt(),
+        **method.facts(job.arms.method),
+        **summarize(records, greedy=method.warp.greedy, round_unit=method.round_unit),
+        "env": fingerprint(env),
+    }
+    if records and summary.get("speedup"):
+        prompt = plan.prompt_ids[plan.samples[0].id]
+        summary.update(method.cost_model(job.arms.method, prompt, summary))
+    return summary
 
 
 def execute(plan: Plan) -> dict[str, Any]:
@@ -263,116 +334,44 @@ def execute(plan: Plan) -> dict[str, Any]:
     if done is not None and done.get("n_samples") == len(plan.samples):
         print_summary(done, plan.store.run_dir)
         return done
-    cfg = OmegaConf.create(plan.config)
-    if cfg.run.threads:
-        torch.set_num_threads(cfg.run.threads)
-    load = {"causal": loading.load_causal_lm, "diffusion": loading.load_diffusion_lm}
-    target = load[cfg.target.kind](cfg.target, "target", plan.device, cfg.run.dtype)
-    drafter = None
-    if plan.method.needs_drafter:
-        drafter = load[cfg.drafter.kind](cfg.drafter, "drafter", plan.device, cfg.run.dtype)
-    baseline = None
-    if cfg.run.baseline:
-        baseline = (plan.method.baseline or plain)(cfg.method, target, plan.warp)
-    arms = Arms(method=plan.method.build(cfg.method, target, drafter, plan.warp), baseline=baseline)
-    approximate = getattr(arms.method, "approximate_cache", False)
-    env = environment(plan.device, config_hash(plan.config))
+    config, method = plan.config, plan.method
+    target, drafter = load_models(plan)
+    baseline = method.baseline(target) if config.run.baseline else None
+    references = method.references(target) if config.run.baseline else {}
+    arms = Arms(method.build(target, drafter, plan.task), baseline, references)
+    stop = Stop(
+        frozenset(target.eos_token_ids), tuple(config.task.stop), decode=plan.tokenizer.decode
+    )
+    job = Job(
+        method,
+        arms,
+        target,
+        plan.task,
+        plan.samples,
+        plan.prompt_ids,
+        plan.tokenizer,
+        stop,
+        plan.device,
+        config.run,
+    )
+    env = environment(plan.device, config_hash(plan.identity))
     plan.store.write_json("env.json", env)
     mirror = WandbMirror(
-        plan.config["logging"]["wandb"],
+        plan.identity["logging"]["wandb"],
         plan.store.run_dir,
         plan.run_id,
-        cfg.run.experiment,
-        plan.config,
+        config.run.experiment,
+        plan.identity,
     )
     try:
-        evaluate(
-            arms,
-            plan.task,
-            plan.samples,
-            plan.prompt_ids,
-            plan.tokenizer,
-            Stop(
-                frozenset(target.eos_token_ids),
-                tuple(cfg.task.stop),
-                decode=plan.tokenizer.decode,
-            ),
-            plan.device,
-            cfg.run,
-            plan.store,
-            mirror,
-            plan.method.lossless(cfg.method, plan.warp),
-            {"approximate_cache": approximate},
-        )
+        evaluate(job, plan.store, mirror)
     finally:
         plan.store.close()
-    wanted = {s.id for s in plan.samples}
-    records = [r for r in plan.store.records if r["id"] in wanted]
-    summary = {
-        "run_id": plan.run_id,
-        "method": plan.method.name,
-        "target": cfg.target.name,
-        "drafter": plan.config["drafter"]["name"],
-        "task": cfg.task.name,
-        "lossless": plan.method.lossless(cfg.method, plan.warp),
-        "approximate_cache": approximate,
-        **summarize(records, greedy=plan.warp.greedy),
-        "env": fingerprint(env),
-    }
-    if plan.method.cost_model and records and summary.get("speedup"):
-        prompt = plan.prompt_ids[plan.samples[0].id]
-        summary.update(plan.method.cost_model(arms.method, prompt, summary))
+    summary = summarise(plan, job, env)
     plan.store.write_json("summary.json", summary)
-    mirror.finish(records, summary)
+    mirror.finish([r for r in plan.store.records if r.id in {s.id for s in plan.samples}], summary)
     print_summary(summary, plan.store.run_dir)
     return summary
-
-
-def _fmt(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def _row(name: str, summary: dict[str, Any]) -> list[str]:
-    return [
-        name,
-        str(summary["n_samples"]),
-        _fmt(summary.get("speedup"), ".2f"),
-        _fmt(summary.get("tok_s"), ".1f"),
-        _fmt(summary.get("baseline_tok_s"), ".1f"),
-        _fmt(summary.get("tau"), ".2f"),
-        _fmt(summary.get("acceptance_rate"), ".2f"),
-        _fmt(summary.get("tpf"), ".2f"),
-        _fmt(summary.get("tokens_per_call"), ".1f"),
-        _fmt(summary.get("ttft_ms"), ".1f"),
-        _fmt(summary.get("lossless_rate"), ".2f"),
-    ]
-
-
-def print_summary(summary: dict[str, Any], run_dir: Any) -> None:
-    """One row for the run, one per category when the task has them, and each quality
-    metric beside the baseline's on the same samples."""
-    table = Table(title=summary["run_id"])
-    columns = ("", "n", "speedup", "tok/s", "base tok/s", "tau", "accept", "tpf", "pos/call")
-    columns = (*columns, "ttft ms")
-    for col in (*columns, "lossless"):
-        table.add_column(col, justify="right")
-    table.add_row(*_row("all", summary))
-    for category, part in summary.get("by_category", {}).items():
-        table.add_row(*_row(category, part))
-    console = Console(width=max(120, shutil.get_terminal_size().columns))
-    console.print(table)
-    baseline = summary.get("baseline_quality", {})
-    for metric, value in summary.get("quality", {}).items():
-        beside = f"  (baseline {baseline[metric]:.4g})" if metric in baseline else ""
-        console.print(f"{summary['task']} {metric}: {value:.4g}{beside}")
-    if "predicted_speedup" in summary:
-        flag = "  [bold red]gap above 10%[/bold red]" if summary["prediction_flag"] else ""
-        console.print(
-            f"predicted speedup {summary['predicted_speedup']:.2f} from acceptance and forward "
-            f"costs (measured {summary['speedup']:.2f}, gap {summary['prediction_gap']:+.0%}){flag}"
-        )
-    console.print(f"[dim]{summary['env']}[/dim]")
-    console.print(f"records: {run_dir}")
 
 
 @hydra.main(version_base="1.3", config_path=str(paths.CONF_DIR), config_name="config")

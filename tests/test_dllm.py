@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from conftest import compose_cfg
+from conftest import EXACT, compose_cfg
 from specbench import paths
 from specbench.config import ModelConfig
 from specbench.decoding.dllm.policies import (
@@ -38,7 +38,7 @@ def load(name: str, adapter: str) -> MaskedDiffusionLM:
     cfg = ModelConfig(
         name=name, name_or_path=f"specbench:{name}", kind="diffusion", adapter=adapter
     )
-    return load_diffusion_lm(cfg, "target", CPU, "float32")
+    return load_diffusion_lm(cfg, "target", CPU, EXACT)
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +131,7 @@ class Scripted(MaskedDiffusionLM):
 )
 def test_psd_call_counts_are_exact_on_a_scripted_model(depth, calls_per_block) -> None:
     fake = Scripted(drifting=False)
-    got = PSDDecoder(fake, PSDConfig(block_length=8, depth=depth)).generate(
+    got = PSDDecoder(fake, PSDConfig(block_length=8, policy="quota", depth=depth)).generate(
         [5, 6], 16, torch.Generator(), Stop(frozenset())
     )
     assert got.target_calls == fake.calls == 2 * calls_per_block
@@ -145,7 +145,7 @@ def test_psd_falls_back_to_one_step_per_call_when_every_draft_is_wrong() -> None
         [5], 16, torch.Generator(), Stop(frozenset())
     )
     fake.calls = 0
-    got = PSDDecoder(fake, PSDConfig(block_length=8, depth=3)).generate(
+    got = PSDDecoder(fake, PSDConfig(block_length=8, policy="quota", depth=3)).generate(
         [5], 16, torch.Generator(), Stop(frozenset())
     )
     assert got.tokens == vanilla.tokens
@@ -159,7 +159,7 @@ def test_decoding_stops_once_everything_up_to_a_stop_token_is_committed(depth) -
     decoder = (
         BlockDecoder(fake, DLLMConfig(block_length=8))
         if depth is None
-        else PSDDecoder(fake, PSDConfig(block_length=8, depth=depth))
+        else PSDDecoder(fake, PSDConfig(block_length=8, policy="quota", depth=depth))
     )
     got = decoder.generate([5], 32, torch.Generator(), Stop(frozenset({6})))
     assert got.tokens == [1, 2, 3, 4, 5, 6]  # kept up to the stop token, which is kept

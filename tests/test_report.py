@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 import yaml
 
 from specbench import paths
+from specbench.decoding.warp import Warp
 from specbench.metrics.summary import summarize
+from specbench.registry import METHODS, discover
 from specbench.report import figures, leaderboard
-from specbench.report.load import KNOBS, load_runs
+from specbench.report.load import load_runs
 from specbench.report.pareto import pareto_front
+from specbench.results.record import Record
+from specbench.results.store import config_hash
 
 
 def test_pareto_front_of_a_hand_made_table() -> None:
@@ -26,69 +31,136 @@ def test_pareto_front_of_a_hand_made_table() -> None:
 
 
 def record(i: int, tokens: int, wall: float, calls: int, base_wall: float, nll: float) -> dict:
-    arm = {"new_tokens": tokens, "wall_s": wall, "target_calls": tokens, "quality": {"nll": nll}}
+    def arm(wall_s: float, calls: int) -> dict:
+        return {
+            "output_ids": list(range(tokens)),
+            "wall_s": wall_s,
+            "ttft_s": 0.01,
+            "target_calls": calls,
+            "target_positions": calls,
+            "emitted_per_call": [1] * calls,
+            "text": "",
+            "quality": {"nll": nll},
+        }
+
     return {
         "id": str(i),
         "meta": {},
-        "new_tokens": tokens,
-        "wall_s": wall,
-        "ttft_s": 0.01,
-        "decode_s": wall - 0.01,
-        "target_calls": calls,
-        "drafter_calls": 0,
-        "draft_tokens": 0,
-        "accepted_tokens": 0,
-        "accept_lengths": [1],
-        "draft_lengths": [],
-        "accepted_per_round": [],
-        "quality": {"nll": nll},
-        "first_divergence": None,
-        "baseline": {**arm, "wall_s": base_wall},
+        "prompt_tokens": 4,
+        "method": arm(wall, calls),
+        "baseline": arm(base_wall, tokens),
     }
 
 
-def write_run(root: Path, cell: dict, records: list[dict], task: str = "tiny_code") -> None:
-    method = {k: cell[k] for k in KNOBS if k in cell}
-    run_id = "-".join(f"{k}{v}" for k, v in sorted(cell.items()))
-    run_dir = root / cell.get("experiment", "adhoc") / run_id
-    run_dir.mkdir(parents=True)
+def write_run(root: Path, cell: dict, records: list[dict], task: str = "tiny_code") -> str:
+    """A run directory as `specbench-run` writes one: config.yaml from the method's own config
+    class, summary.json from the records, the label from the method."""
+    discover()
+    cls = METHODS[cell["method"]]
+    knobs = {k.split(".", 1)[1]: v for k, v in cell.items() if k.startswith("method.")}
+    method = cls(cls.Config(**knobs), Warp(cell.get("temperature", 0.0)))
+    drafter = cell.get(
+        "drafter", {"causal": "tiny-ar", "diffusion": "tiny-dlm", None: "none"}[cls.drafter_kind]
+    )
+    target = cell.get("target", "tiny" if cls.target_kind == "causal" else "tiny-dlm")
+    experiment = cell.get("experiment", "adhoc")
     config = {
-        "run": {"experiment": cell.get("experiment", "adhoc"), "temperature": 0.0},
-        "method": {"name": cell["method"], **method},
+        "target": {"name": target},
+        "drafter": {"name": drafter},
+        "method": asdict(method.cfg),
+        "task": {"name": task},
+        "run": {"experiment": experiment, "temperature": cell.get("temperature", 0.0)},
     }
+    run_id = f"{cls.name}-{target}-{drafter}-{task}-{config_hash(config)[:8]}"
+    run_dir = root / experiment / run_id
+    run_dir.mkdir(parents=True)
     summary = {
         "run_id": run_id,
-        "method": cell["method"],
-        "target": "tiny",
-        "drafter": cell.get("drafter", "tiny-dlm"),
+        "method": cls.name,
+        "label": method.label(),
+        "target": target,
+        "drafter": drafter,
         "task": task,
-        "lossless": cell.get("rule", "auto") == "auto",
+        "lossless": method.exact(),
         "env": "fixture machine",
-        **summarize(records, greedy=True),
+        **summarize([Record.from_json(r) for r in records], True, cls.round_unit),
     }
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     (run_dir / "summary.json").write_text(json.dumps(summary))
+    return run_id
 
 
 def test_a_leaderboard_equals_hand_computed_values(tmp_path: Path) -> None:
     fast = [record(i, 10, 1.0, 4, 2.0, 0.5) for i in range(2)]  # 10 tok/s vs 5: 2x, tau 2.5
     slow = [record(i, 10, 2.0, 10, 2.5, 0.4) for i in range(2)]  # 5 vs 4: 1.25x, tau 1.0
-    write_run(tmp_path, {"method": "specdiff", "gamma": 5, "steps": 1}, fast)
-    write_run(tmp_path, {"method": "sps", "gamma": 4, "drafter": "tiny-ar"}, slow)
+    write_run(tmp_path, {"method": "specdiff", "method.gamma": 5, "method.steps": 1}, fast)
+    write_run(tmp_path, {"method": "sps", "method.gamma": 4}, slow)
     runs = load_runs(tmp_path)
     frame, directions = leaderboard.table(runs, "tiny_code")
-    assert frame.loc["specdiff tiny-dlm γ5 T1", "speedup"] == pytest.approx(2.0)
-    assert frame.loc["sps tiny-ar γ4", "speedup"] == pytest.approx(1.25)
-    assert frame.loc["specdiff tiny-dlm γ5 T1", "tau"] == pytest.approx(2.5)
-    assert frame.loc["sps tiny-ar γ4", "quality.nll"] == pytest.approx(0.4)
+    specdiff, sps = "specdiff γ5 T1 · tiny/tiny-dlm", "sps γ4 · tiny/tiny-ar"
+    assert frame.loc[specdiff, "speedup"] == pytest.approx(2.0)
+    assert frame.loc[sps, "speedup"] == pytest.approx(1.25)
+    assert frame.loc[specdiff, "tau"] == pytest.approx(2.5)
+    assert frame.loc[sps, "quality.nll"] == pytest.approx(0.4)
     marks = leaderboard.best(frame, directions)
-    assert marks.loc["specdiff tiny-dlm γ5 T1", "speedup"]
-    assert marks.loc["sps tiny-ar γ4", "quality.nll"]  # NLL: lower is better
+    assert marks.loc[specdiff, "speedup"]
+    assert marks.loc[sps, "quality.nll"]  # NLL: lower is better
     written = leaderboard.write(runs, tmp_path / "out")
     assert [p.suffix for p in written] == [".md", ".tex", ".csv"]
     text = written[0].read_text()
-    assert "| specdiff tiny-dlm γ5 T1 | **2** |" in text and "_fixture machine_" in text
+    assert f"| {specdiff} | **2** |" in text and "_fixture machine_" in text
     assert "\\textbf{2}" in written[1].read_text()
+
+
+def test_cells_that_differ_only_in_target_stay_apart_and_are_never_averaged(tmp_path: Path) -> None:
+    """Two PSD configs on two targets and two AR cells on two targets: four rows named by their
+    targets; the overall table averages each config over its tasks, never two configs."""
+    psd = {"method": "psd", "method.policy": "quota", "method.depth": 3}
+    for task, scale in (("tiny_code", 1.0), ("gsm8k", 2.0)):
+        write_run(
+            tmp_path,
+            {**psd, "target": "random-llada"},
+            [record(0, 10, 1.0 * scale, 5, 2.0, 0.5)],
+            task,
+        )
+        write_run(
+            tmp_path,
+            {**psd, "target": "random-dream"},
+            [record(0, 10, 1.0 * scale, 5, 4.0, 0.5)],
+            task,
+        )
+    write_run(tmp_path, {"method": "ar", "target": "tiny"}, [record(0, 10, 1.0, 10, 1.0, 0.5)])
+    write_run(
+        tmp_path, {"method": "ar", "target": "random-gpt2"}, [record(0, 10, 2.0, 10, 2.0, 0.5)]
+    )
+    runs = load_runs(tmp_path)
+    frame, _ = leaderboard.table(runs, "tiny_code")
+    assert frame["speedup"].to_dict() == {
+        "ar · random-gpt2": 1.0,
+        "ar · tiny": 1.0,
+        "psd quota 1/step b32 d3 · random-dream": 4.0,
+        "psd quota 1/step b32 d3 · random-llada": 2.0,
+    }
+    totals, _ = leaderboard.overall(runs)
+    assert totals.loc["psd quota 1/step b32 d3 · random-llada", "speedup"] == pytest.approx(1.5)
+    assert totals.loc["psd quota 1/step b32 d3 · random-dream", "speedup"] == pytest.approx(3.0)
+    assert len(totals) == 4
+
+
+def test_cells_that_display_alike_carry_their_run_ids(tmp_path: Path) -> None:
+    """Two configs whose labels agree (a knob the label leaves out) print as two rows."""
+    first = write_run(
+        tmp_path, {"method": "sps", "method.gamma": 4}, [record(0, 10, 1.0, 4, 2.0, 0.5)]
+    )
+    second = write_run(
+        tmp_path,
+        {"method": "sps", "method.gamma": 4, "method.leniency": 3.0},
+        [record(0, 10, 2.0, 4, 2.0, 0.5)],
+    )
+    frame, _ = leaderboard.table(load_runs(tmp_path), "tiny_code")
+    assert sorted(frame.index) == sorted(
+        f"sps γ4 · tiny/tiny-ar #{r[-8:]}" for r in (first, second)
+    )
 
 
 def fixture_runs(root: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from conftest import compose_cfg
+from conftest import EXACT, compose_cfg
 from specbench import paths
 from specbench.config import ModelConfig
 from specbench.decoding.dllm.graph import DraftGraph, Node, select
@@ -32,7 +32,7 @@ def world() -> tuple[MaskedDiffusionLM, list[list[int]], list[list[int]]]:
     cfg = ModelConfig(
         name="tiny-dlm", name_or_path="specbench:tiny-dlm", kind="diffusion", adapter="tiny"
     )
-    dlm = load_diffusion_lm(cfg, "target", CPU, "float32")
+    dlm = load_diffusion_lm(cfg, "target", CPU, EXACT)
     tokenizer = AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")
     rows = [json.loads(line) for line in (paths.TINY_DIR / "tiny_code.jsonl").open()]
     prompts = [tokenizer(r["prompt"])["input_ids"] for r in rows]

@@ -6,94 +6,128 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from specbench.metrics.summary import first_divergence, summarize
+from specbench.results.record import Record, tie_tolerance
 from specbench.results.store import read_records
+
+
+def arm(
+    tokens: int, wall: float, ttft: float, calls: int, emitted: list[int], rouge: float
+) -> dict:
+    return {
+        "output_ids": list(range(tokens)),
+        "wall_s": wall,
+        "ttft_s": ttft,
+        "target_calls": calls,
+        "target_positions": 2 * calls,
+        "emitted_per_call": emitted,
+        "text": "",
+        "quality": {"rouge1": rouge},
+    }
+
 
 RECORDS = [
     # 6 tokens from 3 rounds that drafted 4, 4, 1 tokens and kept 2, 0, 1 of them
     {
         "id": "a",
-        "new_tokens": 6,
-        "wall_s": 2.0,
-        "ttft_s": 0.5,
-        "decode_s": 1.5,
-        "target_calls": 3,
+        "meta": {},
+        "prompt_tokens": 5,
+        "method": arm(6, 2.0, 0.5, 3, [3, 1, 2], 0.5),
         "drafter_calls": 9,
-        "draft_tokens": 9,
-        "accepted_tokens": 3,
-        "draft_lengths": [4, 4, 1],
+        "drafted_per_round": [4, 4, 1],
         "accepted_per_round": [2, 0, 1],
-        "accept_lengths": [3, 1, 2],
-        "quality": {"rouge1": 0.5},
-        "first_divergence": None,
-        "baseline": {"new_tokens": 6, "wall_s": 3.0, "target_calls": 6, "quality": {"rouge1": 0.5}},
+        "baseline": arm(6, 3.0, 0.5, 6, [1] * 6, 0.5),
+        "references": {"one_token_per_step": arm(6, 6.0, 0.5, 6, [1] * 6, 0.25)},
     },
     {
         "id": "b",
-        "new_tokens": 4,
-        "wall_s": 1.0,
-        "ttft_s": 0.3,
-        "decode_s": 0.7,
-        "target_calls": 2,
+        "meta": {},
+        "prompt_tokens": 5,
+        "method": {**arm(4, 1.0, 0.3, 2, [2, 2], 0.25), "output_ids": [0, 1, 7, 3]},
         "drafter_calls": 6,
-        "draft_tokens": 6,
-        "accepted_tokens": 2,
-        "draft_lengths": [4, 2],
+        "drafted_per_round": [4, 2],
         "accepted_per_round": [1, 1],
-        "accept_lengths": [2, 2],
-        "quality": {"rouge1": 0.25},
+        "baseline": arm(4, 2.0, 0.3, 4, [1] * 4, 0.75),
+        "references": {"one_token_per_step": arm(4, 8.0, 0.3, 8, [1] * 4, 0.5)},
         "first_divergence": 2,
-        "baseline": {
-            "new_tokens": 4,
-            "wall_s": 2.0,
-            "target_calls": 4,
-            "quality": {"rouge1": 0.75},
-        },
+        "divergence_gap": 1e-7,
+        "tie_flip": True,
     },
 ]
 
 
 @pytest.fixture
-def records(tmp_path: Path) -> list[dict]:
+def records(tmp_path: Path) -> list[Record]:
     path = tmp_path / "records.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
-    return read_records(path)
+    return [Record.from_json(r) for r in read_records(path)]
 
 
-def test_summary_equals_hand_computed_values(records: list[dict]) -> None:
-    s = summarize(records, greedy=True)
+def test_summary_equals_hand_computed_values(records: list[Record]) -> None:
+    s = summarize(records, greedy=True, round_unit="tokens")
     assert s["n_samples"] == 2 and s["new_tokens"] == 10
     assert s["tok_s"] == pytest.approx(10 / 3.0)
     assert s["baseline_tok_s"] == pytest.approx(10 / 5.0)
     assert s["speedup"] == pytest.approx((10 / 3.0) / (10 / 5.0))
-    assert s["speedup_mean_ratio"] == pytest.approx(((6 / 2) / (6 / 3) + (4 / 1) / (4 / 2)) / 2)
+    # Spec-Bench's speed.py: mean per-sample speed (3, 4) over the baseline's (2, 2)
+    assert s["speedup_specbench"] == pytest.approx(3.5 / 2.0)
     assert s["tau"] == pytest.approx(10 / 5)
     assert s["acceptance_rate"] == pytest.approx(5 / 15)
-    assert s["accept_hist"] == {"1": 1, "2": 3, "3": 1}
+    assert s["emitted_hist"] == {"1": 1, "2": 3, "3": 1}
     # position 1: reached in all 5 rounds, kept in 4 (2,1,1,1 accepted >= 1 -> rounds a1, a3, b1, b2)
     # position 2: reached where drafted >= 2 and accepted >= 1: a1, b1, b2 -> kept only in a1
     # position 3: reached in a1 (accepted 2, drafted 4) -> not kept
     assert s["accept_by_position"] == pytest.approx([4 / 5, 1 / 3, 0.0])
     assert s["nfe_target"] == pytest.approx(2.5) and s["nfe_drafter"] == pytest.approx(7.5)
     assert s["tpf"] == pytest.approx(10 / 20)
+    assert s["positions_per_call"] == pytest.approx(2.0)
     assert s["ttft_ms"] == pytest.approx(400.0)
     assert s["tpot_ms"] == pytest.approx(1000 * 2.2 / 8)
     assert s["lossless_rate"] == pytest.approx(0.5)
+    assert s["tie_flip_rate"] == pytest.approx(0.5)
     assert s["quality"] == {"rouge1": pytest.approx(0.375)}
     assert s["baseline_quality"] == {"rouge1": pytest.approx(0.625)}
-    assert (s["n_rounds"], s["draft_tokens"]) == (5, 15)
+    assert (s["n_rounds"], s["drafted"], s["accepted"]) == (5, 15, 5)
     assert s["baseline_nfe"] == pytest.approx(5.0) and s["baseline_tpf"] == pytest.approx(1.0)
+    assert s["nfe_reduction"] == pytest.approx(5.0 / 2.5)
+    ref = s["vs"]["one_token_per_step"]
+    assert ref["speedup"] == pytest.approx((10 / 3.0) / (10 / 14.0))
+    assert ref["speedup_specbench"] == pytest.approx(3.5 / ((1.0 + 0.5) / 2))
+    assert ref["nfe_reduction"] == pytest.approx(7.0 / 2.5) and ref["tpf"] == pytest.approx(10 / 14)
+    assert ref["quality"] == {"rouge1": pytest.approx(0.375)}
+    assert ref["identical_rate"] == pytest.approx(0.5)
 
 
-def test_sampled_runs_report_no_token_level_lossless_rate(records: list[dict]) -> None:
-    assert summarize(records, greedy=False)["lossless_rate"] is None
+def test_acceptance_is_reported_only_for_drafted_tokens(records: list[Record]) -> None:
+    steps = summarize(records, greedy=True, round_unit="steps")
+    assert steps["round_unit"] == "steps" and steps["accepted_per_round"] == pytest.approx(1.0)
+    assert "acceptance_rate" not in steps and "accept_by_position" not in steps
 
 
-def test_without_baseline_there_is_no_speedup(records: list[dict]) -> None:
+def test_sampled_runs_report_no_token_level_lossless_rate(records: list[Record]) -> None:
+    s = summarize(records, greedy=False)
+    assert s["lossless_rate"] is None and s["tie_flip_rate"] is None
+
+
+def test_without_baseline_there_is_no_speedup(records: list[Record]) -> None:
     for r in records:
-        r["baseline"] = None
+        r.baseline = None
     assert "speedup" not in summarize(records, greedy=True)
+
+
+def test_a_record_of_another_schema_is_refused_by_name() -> None:
+    old = {**RECORDS[0], "draft_lengths": [4]}
+    with pytest.raises(ValueError, match=r"unknown \['draft_lengths'\]"):
+        Record.from_json(old)
+
+
+def test_tie_tolerance_is_a_few_units_in_the_last_place() -> None:
+    assert tie_tolerance(torch.float32, 10.0) == pytest.approx(4 * 2**-23 * 10)
+    assert tie_tolerance(torch.bfloat16, 0.5) == pytest.approx(4 * 2**-7)
+    # the flip: top-2 gap 2.4e-7 at a logit near 3 is a float32 tie, 1e-3 is not
+    assert 2.4e-7 <= tie_tolerance(torch.float32, 3.0) < 1e-3
 
 
 def test_first_divergence() -> None:

@@ -8,9 +8,10 @@ import torch
 
 from specbench.decoding.generation import Generation, Stop
 from specbench.decoding.warp import Warp
+from specbench.method import Method
 from specbench.metrics.speed import Stopwatch
 from specbench.models.causal import CausalLM
-from specbench.registry import MethodSpec, register_method
+from specbench.registry import METHODS
 
 
 class AutoregressiveDecoder:
@@ -45,6 +46,7 @@ class AutoregressiveDecoder:
             ttft_s=clock.ttft_s,
             target_calls=target.calls - calls_before,
             positions=target.positions - positions,
+            emitted=[1] * len(tokens),
         )
 
 
@@ -53,11 +55,14 @@ class ARConfig:
     name: str = "ar"
 
 
-register_method(
-    MethodSpec(
-        name="ar",
-        config=ARConfig,
-        build=lambda cfg, target, drafter, warp: AutoregressiveDecoder(target, warp),
-        needs_drafter=False,
-    )
-)
+@METHODS.register
+class AR(Method):
+    """The target's own decoding as a method: a cell whose speedup is 1 by construction, so a
+    table shows the baseline's speed and quality beside the methods'."""
+
+    name = "ar"
+    Config = ARConfig
+    marker = "s"
+
+    def build(self, target: CausalLM, drafter: None, task: object) -> AutoregressiveDecoder:
+        return AutoregressiveDecoder(target, self.warp)

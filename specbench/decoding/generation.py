@@ -23,7 +23,9 @@ class Draft:
 @dataclass
 class Generation:
     """One sample's output and counters. `tokens` holds the generated ids, a stop token included
-    once; per round, `draft_lengths[r]` tokens were proposed and `accepted[r]` kept."""
+    once. Per round, `draft_lengths[r]` units were proposed and `accepted[r]` kept, in the
+    method's `round_unit` (tokens, or a diffusion LLM's denoising steps); `emitted[c]` is the
+    number of tokens target forward c committed, in tokens for every method."""
 
     tokens: list[int]
     wall_s: float
@@ -35,6 +37,7 @@ class Generation:
     draft_lengths: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
     rounds: list[dict] = field(default_factory=list)  # each round's Draft.info, when any
+    emitted: list[int] = field(default_factory=list)
     positions: int = 0  # token positions the target's forwards fed (batch rows x length)
 
 

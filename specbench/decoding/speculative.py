@@ -78,7 +78,8 @@ class SpeculativeDecoder:
         # tokens the target has not seen yet: the prompt, then the last emitted one
         unread = list(prompt_ids)
         self.schedule.reset()
-        gamma, draft_lengths, accepted, draft_s, rounds = self.schedule.start, [], [], 0.0, []
+        gamma, draft_lengths, accepted, emitted = self.schedule.start, [], [], []
+        draft_s, rounds = 0.0, []
         while len(tokens) < max_new_tokens:
             n_draft = min(gamma, max_new_tokens - len(tokens) - 1)  # a round emits <= n_draft + 1
             draft = drafter.draft(prompt_ids + tokens, n_draft, generator)
@@ -97,6 +98,7 @@ class SpeculativeDecoder:
             clock.first_token()
             draft_lengths.append(len(draft.tokens))
             accepted.append(n_accepted)
+            emitted.append(len(tokens) - start)
             draft_s += draft.seconds
             if draft.info:
                 rounds.append(draft.info)
@@ -114,4 +116,5 @@ class SpeculativeDecoder:
             accepted=accepted,
             rounds=rounds,
             positions=target.positions - positions,
+            emitted=emitted,
         )

@@ -66,7 +66,7 @@ def speculative(decoder: Any, prompt_ids: list[int], summary: dict[str, Any]) ->
     rounds = summary["n_rounds"]
     if not rounds:
         return {}
-    gamma = summary["draft_tokens"] / rounds
+    gamma = summary["drafted"] / rounds
     target, drafter = decoder.target, decoder.drafter
     n = max(1, round(gamma))
     # timed halfway through a generation: the mean context a decoding forward reads
@@ -121,7 +121,7 @@ def block(decoder: Any, prompt_ids: list[int], summary: dict[str, Any]) -> dict[
     canvas = torch.tensor([prompt_ids + [target.mask_id] * width], device=target.device)
     target.reset()
     target.canvas_logits(canvas, lo, lo + width)  # fills a prefix cache once, as decoding does
-    rows = max(1, round(summary["tokens_per_call"] / summary["baseline_tokens_per_call"]))
+    rows = max(1, round(summary["positions_per_call"] / summary["baseline_positions_per_call"]))
     forward_ms = {
         "call_1_row": median_ms(
             lambda: target.canvas_logits(canvas, lo, lo + width), target.device

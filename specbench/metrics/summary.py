@@ -1,10 +1,19 @@
-"""Run-level metrics from per-sample records, each under its explicit name (DESIGN.md §5)."""
+"""Run-level metrics from per-sample records, each under its explicit name (DESIGN.md §5).
+
+Speed is pooled (`speedup` = all tokens over all seconds, method against baseline) and, beside
+it, `speedup_specbench` exactly as Spec-Bench's `evaluation/speed.py` computes it: the mean of
+per-sample speeds over the baseline's mean of per-sample speeds. Per-round counters are in the
+method's `round_unit`; `acceptance_rate` and `accept_by_position` are probabilities of
+accepting a drafted token, so they exist only where the unit is tokens.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
 from statistics import mean
 from typing import Any
+
+from specbench.results.record import Arm, Record
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -19,12 +28,12 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
-def accept_by_position(records: list[dict[str, Any]]) -> list[float]:
+def accept_by_position(records: list[Record]) -> list[float]:
     """P(draft token i accepted | drafted, and tokens before it accepted), i = 1, 2, ..."""
     reached: Counter[int] = Counter()
     kept: Counter[int] = Counter()
     for r in records:
-        for drafted, accepted in zip(r["draft_lengths"], r["accepted_per_round"]):
+        for drafted, accepted in zip(r.drafted_per_round, r.accepted_per_round):
             for i in range(min(drafted, accepted + 1)):
                 reached[i] += 1
             for i in range(accepted):
@@ -37,8 +46,53 @@ def _quality_means(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: mean(row[k] for row in rows if k in row) for k in names}
 
 
+def arm_metrics(arms: list[Arm]) -> dict[str, Any]:
+    """Speed and cost of one arm over the samples."""
+    new = sum(a.new_tokens for a in arms)
+    calls = sum(a.target_calls for a in arms)
+    return {
+        "tok_s": _ratio(new, sum(a.wall_s for a in arms)),
+        "nfe": calls / len(arms),
+        "tpf": _ratio(new, calls),
+        "positions_per_call": _ratio(sum(a.target_positions for a in arms), calls),
+        "quality": _quality_means([a.quality for a in arms]),
+    }
+
+
+def versus(records: list[Record], others: list[Arm], greedy: bool) -> dict[str, Any]:
+    """The method arm against another arm on the same samples."""
+    mine, theirs = [r.method for r in records], arm_metrics(others)
+    tok_s = arm_metrics(mine)["tok_s"]
+    nfe = mean(a.target_calls for a in mine)
+    equal = [r.method.output_ids == o.output_ids for r, o in zip(records, others)]
+    return {
+        **theirs,
+        "speedup": _ratio(tok_s, theirs["tok_s"]),
+        "speedup_specbench": _ratio(mean(a.tok_s for a in mine), mean(a.tok_s for a in others)),
+        "nfe_reduction": _ratio(theirs["nfe"], nfe),
+        "identical_rate": mean(equal) if greedy else None,
+    }
+
+
+def _rounds(records: list[Record], unit: str | None) -> dict[str, Any]:
+    drafted = sum(sum(r.drafted_per_round) for r in records)
+    accepted = sum(sum(r.accepted_per_round) for r in records)
+    rounds = sum(len(r.drafted_per_round) for r in records)
+    out: dict[str, Any] = {
+        "round_unit": unit,
+        "n_rounds": rounds,
+        "drafted": drafted,
+        "accepted": accepted,
+        "accepted_per_round": _ratio(accepted, rounds),
+    }
+    if unit == "tokens":
+        out["acceptance_rate"] = _ratio(accepted, drafted)
+        out["accept_by_position"] = accept_by_position(records)
+    return out
+
+
 def summarize(
-    records: list[dict[str, Any]], greedy: bool, by_category: bool = True
+    records: list[Record], greedy: bool, round_unit: str | None = None, by_category: bool = True
 ) -> dict[str, Any]:
     """`greedy` says whether token equality with the baseline is the losslessness test (it is
     only at temperature 0; sampled runs are checked for distribution, in the tests). Records
@@ -46,65 +100,59 @@ def summarize(
     n = len(records)
     if n == 0:
         return {"n_samples": 0}
-    new = sum(r["new_tokens"] for r in records)
-    wall = sum(r["wall_s"] for r in records)
-    target_calls = sum(r["target_calls"] for r in records)
-    drafter_calls = sum(r["drafter_calls"] for r in records)
-    decode_tokens = sum(max(r["new_tokens"] - 1, 0) for r in records)
-    hist = Counter(length for r in records for length in r["accept_lengths"])
+    arms = [r.method for r in records]
+    mine = arm_metrics(arms)
+    new = sum(a.new_tokens for a in arms)
+    target_calls = sum(a.target_calls for a in arms)
+    drafter_calls = sum(r.drafter_calls for r in records)
+    decode_tokens = sum(max(a.new_tokens - 1, 0) for a in arms)
+    wall = sum(a.wall_s for a in arms)
+    hist = Counter(k for a in arms for k in a.emitted_per_call)
     summary: dict[str, Any] = {
         "n_samples": n,
         "new_tokens": new,
-        "tok_s": _ratio(new, wall),
-        "tau": _ratio(new, target_calls),
-        "acceptance_rate": _ratio(
-            sum(r["accepted_tokens"] for r in records), sum(r["draft_tokens"] for r in records)
-        ),
-        "accept_hist": {str(k): hist[k] for k in sorted(hist)},
-        "n_rounds": sum(len(r["draft_lengths"]) for r in records),
-        "draft_tokens": sum(r["draft_tokens"] for r in records),
-        "accept_by_position": accept_by_position(records),
+        "tok_s": mine["tok_s"],
+        "tau": _ratio(new, target_calls),  # tokens per target forward
+        "emitted_hist": {str(k): hist[k] for k in sorted(hist)},  # tokens per target forward
+        **_rounds(records, round_unit),
         "nfe_target": target_calls / n,
         "nfe_drafter": drafter_calls / n,
         "tpf": _ratio(new, target_calls + drafter_calls),
         # positions a target forward reads: the cost a batched verification hides in one call
-        "tokens_per_call": _ratio(sum(r["target_positions"] for r in records), target_calls)
-        if all("target_positions" in r for r in records)
-        else None,
+        "positions_per_call": mine["positions_per_call"],
         # shares of wall time spent drafting and in separately timed verification forwards
-        "draft_share": _ratio(sum(r.get("draft_s", 0.0) for r in records), wall),
-        "verify_share": _ratio(sum(r.get("verify_s", 0.0) for r in records), wall),
-        "ttft_ms": 1000 * mean(r["ttft_s"] for r in records),
-        "tpot_ms": _ratio(1000 * sum(r["decode_s"] for r in records), decode_tokens),
-        "quality": _quality_means([r["quality"] for r in records]),
+        "draft_share": _ratio(sum(r.draft_s for r in records), wall),
+        "verify_share": _ratio(sum(r.verify_s for r in records), wall),
+        "ttft_ms": 1000 * mean(a.ttft_s for a in arms),
+        "tpot_ms": _ratio(1000 * sum(a.decode_s for a in arms), decode_tokens),
+        "quality": mine["quality"],
     }
-    baselines = [r["baseline"] for r in records if r.get("baseline")]
-    if len(baselines) == n:
-        base_tok_s = _ratio(
-            sum(b["new_tokens"] for b in baselines), sum(b["wall_s"] for b in baselines)
+    if all(r.baseline for r in records):
+        base = versus(records, [r.baseline for r in records], greedy)
+        summary.update(
+            baseline_tok_s=base["tok_s"],
+            speedup=base["speedup"],
+            speedup_specbench=base["speedup_specbench"],
+            baseline_quality=base["quality"],
+            baseline_nfe=base["nfe"],
+            baseline_tpf=base["tpf"],
+            baseline_positions_per_call=base["positions_per_call"],
+            nfe_reduction=base["nfe_reduction"],
+            lossless_rate=base["identical_rate"],
+            tie_flip_rate=mean(bool(r.tie_flip) for r in records) if greedy else None,
         )
-        summary["baseline_tok_s"] = base_tok_s
-        summary["speedup"] = _ratio(summary["tok_s"], base_tok_s)
-        summary["speedup_mean_ratio"] = mean(
-            (r["new_tokens"] / r["wall_s"]) / (b["new_tokens"] / b["wall_s"])
-            for r, b in zip(records, baselines)
-        )
-        summary["baseline_quality"] = _quality_means([b["quality"] for b in baselines])
-        base_calls = sum(b["target_calls"] for b in baselines)
-        summary["baseline_nfe"] = base_calls / n
-        summary["baseline_tpf"] = _ratio(sum(b["new_tokens"] for b in baselines), base_calls)
-        summary["baseline_tokens_per_call"] = (
-            _ratio(sum(b["target_positions"] for b in baselines), base_calls)
-            if all("target_positions" in b for b in baselines)
-            else None
-        )
-        summary["lossless_rate"] = (
-            mean(r["first_divergence"] is None for r in records) if greedy else None
-        )
-    categories = sorted({c for r in records if (c := (r.get("meta") or {}).get("category"))})
+    names = sorted({k for r in records for k in r.references})
+    summary["vs"] = {
+        k: versus(records, [r.references[k] for r in records], greedy)
+        for k in names
+        if all(k in r.references for r in records)
+    }
+    categories = sorted({c for r in records if (c := r.meta.get("category"))})
     if by_category and categories:
         summary["by_category"] = {
-            c: summarize([r for r in records if r["meta"].get("category") == c], greedy, False)
+            c: summarize(
+                [r for r in records if r.meta.get("category") == c], greedy, round_unit, False
+            )
             for c in categories
         }
     return summary

@@ -56,6 +56,12 @@ class CausalLM:
         self.reset()
         return self.forward_tokens(ids, keep=1)[0]
 
+    def top2(self, ids: list[int]) -> tuple[tuple[float, float], torch.dtype]:
+        """The two largest next-token logits after `ids` (a fresh sequence), in the model's
+        dtype's values."""
+        first, second = self.prefill(ids).topk(2).values.tolist()
+        return (first, second), self.model.dtype
+
     def rollback(self, length: int) -> None:
         """Forget every cached position from `length` on."""
         remove = self.length - length

@@ -30,7 +30,12 @@ from specbench.models.diffusion import ADAPTERS, MaskedDiffusionLM
 from specbench.registry import BUILTIN_MODELS, discover
 
 BUILTIN_PREFIX = "specbench:"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float64": torch.float64,  # exactness tests: no float32 near-ties between forward shapes
+}
 
 
 def resolve(cfg: ModelConfig, key: str) -> str:

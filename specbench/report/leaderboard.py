@@ -7,25 +7,55 @@ from pathlib import Path
 
 import pandas as pd
 
-from specbench.report.load import higher_is_better
+from specbench.report.load import disambiguate, higher_is_better
 
 SPEED = {
     "speedup": True,
+    "speedup_specbench": True,  # Spec-Bench's: mean per-sample speed over the baseline's
     "predicted_speedup": True,  # the cost model's, from acceptance and forward costs
     "tau": True,
     "acceptance_rate": True,
     "tpf": True,
     "lossless_rate": True,
 }
+# each further arm's comparison (e.g. PSD and Spiffy against one token per step)
+VERSUS = {"speedup": True, "nfe_reduction": True}
+
+
+def speed_columns(rows: pd.DataFrame) -> dict[str, bool]:
+    """The speed columns these rows have, with direction (True = higher is better)."""
+    versus = {
+        c: VERSUS[c.rsplit(".", 1)[1]]
+        for c in rows.columns
+        if c.startswith("vs.") and c.rsplit(".", 1)[1] in VERSUS and rows[c].notna().any()
+    }
+    return {c: d for c, d in {**SPEED, **versus}.items() if c in rows.columns}
 
 
 def table(runs: pd.DataFrame, task: str) -> tuple[pd.DataFrame, dict[str, bool]]:
     """The task's cells and each column's direction (True = higher is better)."""
-    rows = runs[runs["task"] == task].set_index("cell")
+    rows = runs[runs["task"] == task]
+    rows = rows.assign(cell=disambiguate(rows, "run_id")).set_index("cell")
     quality = [c for c in rows.columns if c.startswith("quality.") and rows[c].notna().any()]
-    directions = {**SPEED, **{c: higher_is_better(task).get(c[8:], True) for c in quality}}
-    columns = [c for c in directions if c in rows.columns]
-    return rows[columns].astype(float), directions
+    directions = {
+        **speed_columns(rows),
+        **{c: higher_is_better(task).get(c[8:], True) for c in quality},
+    }
+    return rows[list(directions)].astype(float), directions
+
+
+def overall(runs: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, bool]]:
+    """Each configuration's speed averaged over the tasks it ran on: grouped by `cell_id` (the
+    config without its task), so distinct configs are never averaged together; two that
+    display alike carry their ids."""
+    speed = speed_columns(runs)
+    frame = runs.groupby("cell_id")[list(speed)].mean().astype(float)
+    first = runs.drop_duplicates("cell_id").set_index("cell_id")
+    names = first["cell"]
+    shared = names.groupby(names).transform("size") > 1
+    names = names.where(~shared, names + " #" + names.index.to_series())
+    frame.index = names.loc[frame.index].to_numpy()
+    return frame, speed
 
 
 def best(frame: pd.DataFrame, directions: dict[str, bool]) -> pd.DataFrame:
@@ -71,9 +101,8 @@ def write(runs: pd.DataFrame, out: Path, name: str = "leaderboard") -> list[Path
         tex.append(latex(frame, marks, task, env))
         csv.append(frame.assign(task=task))
     if runs["task"].nunique() > 1:  # cells run on several tasks: their speed, averaged
-        speed = [c for c in SPEED if c in runs.columns]
-        frame = runs.groupby("cell")[speed].mean().astype(float)
-        marks = best(frame, SPEED)
+        frame, speed = overall(runs)
+        marks = best(frame, speed)
         env = " / ".join(sorted(runs["env"].unique()))
         md.append(markdown(frame, marks, "overall (mean over tasks)", env))
         tex.append(latex(frame, marks, "overall", env))

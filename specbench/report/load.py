@@ -1,92 +1,96 @@
-"""Run directories -> one pandas row per cell: its identity (from config.yaml), its summary
-metrics, and quality beside the baseline's."""
+"""Run directories -> one pandas row per cell: its identity (the run id, and every key of its
+`config.yaml` flattened as `method.gamma`, `run.temperature`, ...), its summary metrics, and
+quality beside the baseline's. No method is known by name here: a cell is its run id, its
+display name is the method's own label plus target and drafter."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import yaml
 
-from specbench.registry import TASKS, discover
+from specbench.decoding.warp import Warp
+from specbench.registry import METHODS, TASKS, discover
 
-KNOBS = (
-    "gamma",
-    "steps",
-    "rule",
-    "leniency",
-    "q_source",
-    "schedule",
-    "cps",
-    "adl",
-    "k",
-    "policy",
-    "depth",
-    "block_length",
-    "threshold",
-    "nodes",
-    "keep",
-)
+# config keys that do not change what a cell is across tasks (the overall table's grouping)
+PER_TASK = ("task", "run.experiment", "run.max_new_tokens", "run.limit", "run.name")
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        flat.update(flatten(v, key + ".") if isinstance(v, dict) else {key: v})
+    return flat
+
+
+def _scalars(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is None or isinstance(v, (bool, int, float, str))}
+
+
+def cell_id(config: dict[str, Any]) -> str:
+    """A hash of the config without its task: one id for one configuration across tasks."""
+    kept = {
+        k: v
+        for k, v in flatten(config).items()
+        if not any(k == p or k.startswith(p + ".") for p in PER_TASK)
+    }
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
 def read_run(run_dir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    row = {
-        "run_id": summary["run_id"],
-        "run_dir": str(run_dir),
-        "experiment": config["run"]["experiment"],
-        "task": summary["task"],
-        "method": summary["method"],
-        "target": summary["target"],
-        "drafter": summary["drafter"],
-        "temperature": config["run"]["temperature"],
-        "lossless": summary["lossless"],
-        "env": summary["env"].split(" | config ")[0],  # the machine, not the cell
-    }
-    row.update({k: config["method"].get(k) for k in KNOBS})
-    for key in (
-        "n_samples",
-        "speedup",
-        "tau",
-        "acceptance_rate",
-        "tpf",
-        "tokens_per_call",
-        "predicted_speedup",
-        "prediction_gap",
-        "tok_s",
-        "lossless_rate",
-    ):
-        row[key] = summary.get(key)
+    row = flatten(config)
+    row.update(_scalars(summary))
+    for name, other in summary.get("vs", {}).items():
+        row.update({f"vs.{name}.{k}": v for k, v in _scalars(other).items()})
     row.update({f"quality.{k}": v for k, v in summary.get("quality", {}).items()})
     row.update({f"baseline.{k}": v for k, v in summary.get("baseline_quality", {}).items()})
-    row["cell"] = cell_label(row)
+    row.update(
+        run_dir=str(run_dir),
+        experiment=config["run"]["experiment"],
+        temperature=config["run"]["temperature"],
+        label=summary.get("label") or label(config),
+        env=summary["env"].split(" | config ")[0],  # the machine, not the cell
+        cell_id=cell_id(config),
+    )
+    row["cell"] = display(row)
     return row
 
 
-def cell_label(row: dict) -> str:
-    """A short human name: method, drafter, and the knobs that are set."""
-    parts = [row["method"]]
-    if row["drafter"] and row["drafter"] != "none":
-        parts.append(row["drafter"])
-    names = {"gamma": "γ", "steps": "T"}
-    for knob in ("gamma", "steps"):
-        if row.get(knob) is not None:
-            parts.append(f"{names[knob]}{row[knob]}")
-    if row.get("rule") not in (None, "auto", "greedy", "rejection"):
-        parts.append(f"{row['rule']}{row['leniency']:g}")
-    if row.get("policy") is not None:  # diffusion-LLM decoders
-        parts.append(f"{row['policy']} b{row['block_length']}")
-        if row.get("depth") is not None:
-            parts.append(f"d{row['depth']}")
-        if row.get("nodes") is not None:
-            parts.append(f"D{row['nodes']}" + (f"/{row['keep']}" if row.get("keep") else ""))
-    if row.get("cps") is not None:  # DiffuSpec
-        parts.append("+".join(n for n in ("cps", "adl") if row[n]) or "one-pass")
-        if not row["adl"]:
-            parts.append(f"k{row['k']}")
-    return " ".join(parts)
+def label(config: dict[str, Any]) -> str:
+    """The method's label for a stored config (runs written before summaries carried one)."""
+    discover()
+    name = config["method"]["name"]
+    if name not in METHODS:
+        return name
+    cls = METHODS[name]
+    try:
+        knobs = cls.Config(**config["method"])
+    except TypeError:  # a knob this version no longer has
+        return name
+    run = config["run"]
+    return cls(knobs, Warp(run["temperature"], run.get("top_k", 0), run.get("top_p", 1.0))).label()
+
+
+def display(row: dict) -> str:
+    """The method's label, then target and drafter (and a sampling temperature)."""
+    models = (
+        row["target"] if row["drafter"] in (None, "none") else f"{row['target']}/{row['drafter']}"
+    )
+    temperature = f" t{row['temperature']:g}" if row["temperature"] else ""
+    return f"{row['label']} · {models}{temperature}"
+
+
+def disambiguate(frame: pd.DataFrame, by: str) -> pd.Series:
+    """Display names, with the id appended where two distinct cells would print alike."""
+    shared = frame.groupby("cell")[by].transform("nunique") > 1
+    return frame["cell"].where(~shared, frame["cell"] + " #" + frame[by].str[-8:])
 
 
 def load_runs(root: str | Path) -> pd.DataFrame:
@@ -94,17 +98,20 @@ def load_runs(root: str | Path) -> pd.DataFrame:
     id, e.g. a reference copy and a rerun) keeps the copy with more samples."""
     rows = [read_run(p.parent) for p in sorted(Path(root).glob("**/summary.json"))]
     if not rows:
-        return pd.DataFrame(columns=["run_id", "experiment", "task", "method", "cell"])
+        return pd.DataFrame(columns=["run_id", "experiment", "task", "method", "cell", "cell_id"])
     frame = pd.DataFrame(rows).sort_values("n_samples", ascending=False)
-    return (
-        frame.drop_duplicates(["experiment", "run_id"])
-        .sort_values(["task", "method", "cell"])
-        .reset_index(drop=True)
-    )
+    frame = frame.drop_duplicates(["experiment", "run_id"])
+    return frame.sort_values(["task", "method", "cell"]).reset_index(drop=True)
+
+
+def marker(method: str) -> str:
+    """The method's own plot marker."""
+    discover()
+    return METHODS[method].marker if method in METHODS else "x"
 
 
 def higher_is_better(task: str) -> dict[str, bool]:
     """Each quality metric's direction, as the task declares it."""
     discover()
-    spec = TASKS.get(task)
+    spec = TASKS[task] if task in TASKS else None
     return dict(getattr(spec.build, "metrics", {})) if spec else {}

@@ -1,5 +1,5 @@
 """Speed against quality per task: the non-dominated cells joined by a line, one marker per
-method family; PNG and PDF."""
+method (its own `Method.marker`); PNG and PDF."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ matplotlib.use("Agg")  # files only; no display on a cluster node
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-MARKERS = {"ar": "s", "sps": "o", "specdiff": "^", "diffuspec": "v", "psd": "D", "spiffy": "P"}
+from specbench.report.load import marker  # noqa: E402
 
 
 def pareto_front(
@@ -43,7 +43,7 @@ def plot(
     out: Path,
 ) -> list[Path]:
     """Each group (e.g. "joint", "single-step exact") is drawn with its own front; markers
-    follow the method family."""
+    are each method's own."""
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for colour, (name, frame) in zip(colours, groups.items()):
@@ -52,7 +52,7 @@ def plot(
             ax.scatter(
                 part[speed],
                 part[quality],
-                marker=MARKERS.get(method, "x"),
+                marker=marker(method),
                 color=colour,
                 alpha=0.55,
                 label=f"{name}: {method}",

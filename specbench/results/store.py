@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from specbench.errors import ConfigError
+from specbench.results.record import SCHEMA, Record
 
 # Keys that change how a run is driven or displayed but not what any record means: changing
 # them resumes the same run directory instead of starting a new one.
@@ -25,8 +26,8 @@ VOLATILE_KEYS = {
 
 
 def identity(config: dict[str, Any]) -> dict[str, Any]:
-    """The part of a resolved config that defines a run's records."""
-    out = {}
+    """The part of a resolved config that defines a run's records, and the record schema."""
+    out: dict[str, Any] = {"record_schema": SCHEMA}
     for group, value in config.items():
         if group in VOLATILE_KEYS and VOLATILE_KEYS[group] is None:
             continue
@@ -87,8 +88,11 @@ class RunStore:
         self.run_dir = run_dir
         self.config = config
         self.records_path = run_dir / "records.jsonl"
-        self.records = read_records(self.records_path, repair=True)
-        self.done = {r["id"] for r in self.records}
+        try:
+            self.records = [Record.from_json(r) for r in read_records(self.records_path, True)]
+        except (ValueError, TypeError) as err:
+            raise ConfigError("run.name", run_dir.name, f"{self.records_path}: {err}") from None
+        self.done = {r.id for r in self.records}
         self._fh = None
 
     @classmethod
@@ -121,15 +125,15 @@ class RunStore:
         saved.write_text(yaml.safe_dump(config, sort_keys=False))
         return cls(run_dir, config)
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: Record) -> None:
         """Write one finished sample; it survives a crash the moment this returns."""
         if self._fh is None:
             self._fh = self.records_path.open("a", encoding="utf-8")
-        self._fh.write(json.dumps(record) + "\n")
+        self._fh.write(json.dumps(record.to_json()) + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self.records.append(record)
-        self.done.add(record["id"])
+        self.done.add(record.id)
 
     def finished(self, ids: set[str]) -> dict[str, Any] | None:
         """The stored summary when every sample in `ids` is recorded and summarised: a rerun

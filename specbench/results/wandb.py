@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from specbench.results.record import Record
+
 
 class WandbMirror:
     def __init__(
@@ -36,40 +38,48 @@ class WandbMirror:
             reinit="finish_previous",
         )
 
-    def log_sample(self, record: dict[str, Any]) -> None:
+    def log_sample(self, record: Record) -> None:
         if self.run is None:
             return
-        row = {k: record[k] for k in ("new_tokens", "wall_s", "target_calls", "drafter_calls")}
-        row["tok_s"] = record["new_tokens"] / record["wall_s"]
-        if record.get("baseline"):
-            row["speedup"] = row["tok_s"] / (
-                record["baseline"]["new_tokens"] / record["baseline"]["wall_s"]
-            )
+        arm = record.method
+        row = {
+            "new_tokens": arm.new_tokens,
+            "wall_s": arm.wall_s,
+            "target_calls": arm.target_calls,
+            "drafter_calls": record.drafter_calls,
+            "tok_s": arm.tok_s,
+        }
+        if record.baseline:
+            row["speedup"] = arm.tok_s / record.baseline.tok_s
         self.run.log(row)
 
-    def finish(self, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    def finish(self, records: list[Record], summary: dict[str, Any]) -> None:
         if self.run is None:
             return
         wandb = self.wandb
-        columns = [
-            "id",
-            "new_tokens",
-            "wall_s",
-            "target_calls",
-            "drafter_calls",
-            "accepted_tokens",
-            "draft_tokens",
-            "first_divergence",
-            "text",
+        columns = ["id", "new_tokens", "wall_s", "target_calls", "drafter_calls"]
+        columns += ["first_divergence", "tie_flip", "text"]
+        rows = [
+            [
+                r.id,
+                r.method.new_tokens,
+                r.method.wall_s,
+                r.method.target_calls,
+                r.drafter_calls,
+                r.first_divergence,
+                r.tie_flip,
+                r.method.text,
+            ]
+            for r in records
         ]
-        table = wandb.Table(columns=columns, data=[[r.get(c) for c in columns] for r in records])
-        lengths = [[int(k), v] for k, v in summary.get("accept_hist", {}).items()]
-        hist = wandb.Table(columns=["accept_length", "rounds"], data=lengths)
+        table = wandb.Table(columns=columns, data=rows)
+        lengths = [[int(k), v] for k, v in summary.get("emitted_hist", {}).items()]
+        hist = wandb.Table(columns=["tokens", "forwards"], data=lengths)
         self.run.log(
             {
                 "samples": table,
-                "accept_hist": wandb.plot.bar(
-                    hist, "accept_length", "rounds", title="tokens per round"
+                "emitted_hist": wandb.plot.bar(
+                    hist, "tokens", "forwards", title="tokens per target forward"
                 ),
             }
         )

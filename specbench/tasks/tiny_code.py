@@ -18,7 +18,7 @@ from specbench.tasks.base import Sample, Task, TaskConfig, read_jsonl
 @dataclass
 class TinyCodeConfig(TaskConfig):
     name: str = "tiny_code"
-    path: str = "${tiny:tiny_code.jsonl}"
+    source: str = "${tiny:tiny_code.jsonl}"  # a local JSONL of {"id", "prompt", "reference"}
     oracle: str | None = "specbench:tiny"  # the LM scoring NLL; null skips NLL
 
 
@@ -27,7 +27,7 @@ class TinyCodeTask(Task):
     metrics = {"nll": False, "exact_match": True, "prefix_match": True}
 
     def samples(self) -> list[Sample]:
-        rows = read_jsonl(self.cfg.path, "task.path", required=("id", "prompt", "reference"))
+        rows = read_jsonl(self.cfg.source, "task.source", required=("id", "prompt", "reference"))
         return [
             Sample(
                 id=r["id"],

@@ -20,13 +20,18 @@ from dataclasses import dataclass
 
 import torch
 
-from specbench.decoding.dllm.policies import Policy, check_cache, check_replayable
-from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig, StopScan, Trace, check
-from specbench.decoding.warp import Warp
+from specbench.decoding.dllm.policies import Policy, check_replayable, one_token_per_step
+from specbench.decoding.dllm.vanilla import (
+    BlockDecoder,
+    DiffusionLLMMethod,
+    DLLMConfig,
+    StopScan,
+    Trace,
+    vanilla,
+)
 from specbench.errors import ConfigError
-from specbench.metrics import cost
 from specbench.models.diffusion import MaskedDiffusionLM
-from specbench.registry import MethodSpec, register_method
+from specbench.registry import METHODS
 
 
 class PSDDecoder(BlockDecoder):
@@ -63,9 +68,11 @@ class PSDDecoder(BlockDecoder):
     ) -> None:
         mask = self.target.mask_id
         scores = self.scores(self.target.canvas_logits(canvas, lo, hi)[0])
+        trace.call()
         step = 0
         while True:
             chain = self.drafts(canvas[0, lo:hi], scores, policy, step)
+            trace.commit(canvas[0, lo:hi], chain[0])
             canvas[0, lo:hi] = chain[0]  # the policy's own step on a verified forward: taken
             if not (chain[0] == mask).any() or scan(canvas):
                 return
@@ -73,9 +80,11 @@ class PSDDecoder(BlockDecoder):
             batch = canvas.expand(len(still_masked), -1).clone()
             batch[:, lo:hi] = torch.stack(still_masked)
             verified = self.target.canvas_logits(batch, lo, hi)
+            trace.call()
             m, scores = self.accepted_depth(chain, verified, policy, step)
             trace.depths.append(len(chain) - 1)
             trace.accepted.append(m)
+            trace.commit(chain[0], chain[m])
             canvas[0, lo:hi] = chain[m]
             step += m + 1
             if m == len(still_masked) or scan(canvas):  # the block, or the output, is finished
@@ -85,27 +94,48 @@ class PSDDecoder(BlockDecoder):
 @dataclass
 class PSDConfig(DLLMConfig):
     name: str = "psd"
-    depth: int = 3
+    policy: str = "threshold"  # PSD(Confidence), the paper's main variant (threshold 0.9)
+    depth: int = 3  # d: drafts D_1 .. D_d per iteration (0 = the policy's decoder); paper: 3
 
 
-def check_psd(cfg: PSDConfig, warp: Warp) -> None:
-    check(cfg, warp)
-    check_replayable(cfg)
-    if cfg.depth < 0:
-        raise ConfigError("method.depth", cfg.depth, "must be >= 0 (0 = the policy's decoder)")
+OWN_POLICY = "its policy's own decoder, one step per forward (same knobs)"
 
 
-register_method(
-    MethodSpec(
-        name="psd",
-        config=PSDConfig,
-        build=lambda cfg, target, drafter, warp: PSDDecoder(target, cfg),
-        cost_model=cost.block,
-        needs_drafter=False,
-        target_kind="diffusion",
-        # what speculation buys at a fixed schedule: the same policy, decoded step by step
-        baseline=lambda cfg, target, warp: BlockDecoder(target, cfg),
-        check=check_psd,
-        check_target=check_cache,
-    )
-)
+class SpeculativeDLLMMethod(DiffusionLLMMethod):
+    """Speculation inside a diffusion LLM: exact with respect to its policy's own decoder (the
+    baseline arm: what speculation buys at a fixed policy), and also measured, as the papers
+    report it, against one token per step (`vs.one_token_per_step`)."""
+
+    baseline_name = OWN_POLICY
+    round_unit = "steps"
+
+    def check(self) -> None:
+        super().check()
+        check_replayable(self.cfg)
+
+    def baseline(self, target: MaskedDiffusionLM) -> BlockDecoder:
+        return BlockDecoder(target, self.cfg)
+
+    def references(self, target: MaskedDiffusionLM) -> dict[str, BlockDecoder | None]:
+        one = None if one_token_per_step(self.cfg) else vanilla(self.cfg, target)
+        return {"one_token_per_step": one}
+
+
+@METHODS.register
+class PSD(SpeculativeDLLMMethod):
+    name = "psd"
+    Config = PSDConfig
+    marker = "D"
+
+    def check(self) -> None:
+        super().check()
+        if self.cfg.depth < 0:
+            raise ConfigError(
+                "method.depth", self.cfg.depth, "must be >= 0 (0 = the policy's decoder)"
+            )
+
+    def build(self, target: MaskedDiffusionLM, drafter: None, task: object) -> PSDDecoder:
+        return PSDDecoder(target, self.cfg)
+
+    def label(self) -> str:
+        return f"{super().label()} d{self.cfg.depth}"

@@ -30,20 +30,14 @@ import torch
 
 from specbench import paths
 from specbench.decoding.dllm.graph import DraftGraph, Node, select
-from specbench.decoding.dllm.policies import (
-    Policy,
-    check_cache,
-    check_replayable,
-    greedy_confidence,
-)
-from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig, StopScan, Trace, check
+from specbench.decoding.dllm.policies import Policy, greedy_confidence
+from specbench.decoding.dllm.psd import SpeculativeDLLMMethod
+from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig, StopScan, Trace
 from specbench.decoding.generation import Stop
-from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
-from specbench.metrics import cost
 from specbench.metrics.speed import synchronize
 from specbench.models.diffusion import MaskedDiffusionLM
-from specbench.registry import MethodSpec, register_method
+from specbench.registry import METHODS
 from specbench.tasks.base import read_rows
 
 log = logging.getLogger(__name__)
@@ -112,10 +106,12 @@ class SpiffyDecoder(BlockDecoder):
     ) -> None:
         mask = self.target.mask_id
         logits = self.target.canvas_logits(canvas, lo, hi)[0]
+        trace.call()
         scores = self.scores(logits)
         step = 0
         while True:
             real = self.policy_step(canvas[0, lo:hi], scores, policy, step)  # the certain step
+            trace.commit(canvas[0, lo:hi], real)
             canvas[0, lo:hi] = real
             if not (real == mask).any() or scan(canvas):
                 return
@@ -127,6 +123,7 @@ class SpiffyDecoder(BlockDecoder):
             synchronize(self.target.device)
             drafted = time.perf_counter()
             verified = self.target.tree_logits(canvas, lo, hi, drafts)
+            trace.call()
             synchronize(self.target.device)
             trace.draft_s += drafted - started
             trace.verify_s += time.perf_counter() - drafted
@@ -144,8 +141,9 @@ class SpiffyDecoder(BlockDecoder):
                 node, state, accepted = match, true_next, accepted + 1
                 if match in rows:
                     logits = verified[1 + rows.index(match)]
-            trace.depths.append(len(states))
+            trace.depths.append(max((self.graph.nodes[k].depth for k in states), default=0))
             trace.accepted.append(accepted)
+            trace.commit(real, state)
             canvas[0, lo:hi] = state
             step += accepted + 1
             if not (state == mask).any() or scan(canvas):
@@ -161,24 +159,6 @@ class SpiffyConfig(DLLMConfig):
     calibration: str = "tiny"  # "tiny": the tiny world's validation text; or a JSONL of prompts
     calibration_samples: int = 50
     calibration_new_tokens: int = 128
-
-
-def check_spiffy(cfg: SpiffyConfig, warp: Warp) -> None:
-    check(cfg, warp)
-    check_replayable(cfg)
-    if cfg.nodes < 1:
-        raise ConfigError("method.nodes", cfg.nodes, "must be >= 1")
-    if cfg.keep is not None and not 1 <= cfg.keep <= cfg.nodes:
-        raise ConfigError("method.keep", cfg.keep, f"must be null or in [1, nodes={cfg.nodes}]")
-    if cfg.graph is not None and not Path(cfg.graph).exists():
-        raise ConfigError("method.graph", cfg.graph, "no such file; null calibrates a graph")
-    if cfg.calibration != "tiny" and not Path(cfg.calibration).exists():
-        raise ConfigError(
-            "method.calibration", cfg.calibration, "allowed: tiny, or a JSONL file of prompts"
-        )
-    for key in ("calibration_samples", "calibration_new_tokens"):
-        if getattr(cfg, key) < 1:
-            raise ConfigError(f"method.{key}", getattr(cfg, key), "must be >= 1")
 
 
 def calibration_prompts(cfg: SpiffyConfig, tokenizer: object) -> list[list[int]]:
@@ -257,18 +237,32 @@ def graph_for(cfg: SpiffyConfig, target: MaskedDiffusionLM, tokenizer: object) -
     return graph
 
 
-register_method(
-    MethodSpec(
-        name="spiffy",
-        config=SpiffyConfig,
-        build=lambda cfg, target, drafter, warp: SpiffyDecoder(
-            target, cfg, graph_for(cfg, target, target.tokenizer)
-        ),
-        cost_model=cost.block,
-        needs_drafter=False,
-        target_kind="diffusion",
-        baseline=lambda cfg, target, warp: BlockDecoder(target, cfg),
-        check=check_spiffy,
-        check_target=check_cache,
-    )
-)
+@METHODS.register
+class Spiffy(SpeculativeDLLMMethod):
+    name = "spiffy"
+    Config = SpiffyConfig
+    marker = "P"
+
+    def check(self) -> None:
+        super().check()
+        cfg = self.cfg
+        if cfg.nodes < 1:
+            raise ConfigError("method.nodes", cfg.nodes, "must be >= 1")
+        if cfg.keep is not None and not 1 <= cfg.keep <= cfg.nodes:
+            raise ConfigError("method.keep", cfg.keep, f"must be null or in [1, nodes={cfg.nodes}]")
+        if cfg.graph is not None and not Path(cfg.graph).exists():
+            raise ConfigError("method.graph", cfg.graph, "no such file; null calibrates a graph")
+        if cfg.calibration != "tiny" and not Path(cfg.calibration).exists():
+            raise ConfigError(
+                "method.calibration", cfg.calibration, "allowed: tiny, or a JSONL file of prompts"
+            )
+        for key in ("calibration_samples", "calibration_new_tokens"):
+            if getattr(cfg, key) < 1:
+                raise ConfigError(f"method.{key}", getattr(cfg, key), "must be >= 1")
+
+    def build(self, target: MaskedDiffusionLM, drafter: None, task: object) -> SpiffyDecoder:
+        return SpiffyDecoder(target, self.cfg, graph_for(self.cfg, target, target.tokenizer))
+
+    def label(self) -> str:
+        keep = f"/{self.cfg.keep}" if self.cfg.keep else ""
+        return f"{super().label()} D{self.cfg.nodes}{keep}"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specbench.config import ModelConfig
 from specbench.decoding.dllm.policies import (
     Policy,
     SpatialConfig,
@@ -27,12 +28,12 @@ from specbench.decoding.dllm.policies import (
     one_token_per_step,
 )
 from specbench.decoding.generation import Generation, Stop
-from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
+from specbench.method import Method
 from specbench.metrics import cost
 from specbench.metrics.speed import Stopwatch
 from specbench.models.diffusion import MaskedDiffusionLM
-from specbench.registry import MethodSpec, register_method
+from specbench.registry import METHODS
 
 
 @dataclass
@@ -57,12 +58,21 @@ class StopScan:
 
 @dataclass
 class Trace:
-    """Counters a block decoder fills in (PSD: drafts proposed and accepted per iteration)."""
+    """Counters a block decoder fills in: tokens committed after each target forward, and
+    (PSD, Spiffy) the steps drafted and accepted per iteration."""
 
+    emitted: list[int] = field(default_factory=list)
     depths: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
     draft_s: float = 0.0
     verify_s: float = 0.0
+
+    def call(self) -> None:
+        """A target forward: the tokens committed from now on are its yield."""
+        self.emitted.append(0)
+
+    def commit(self, before: torch.Tensor, after: torch.Tensor) -> None:
+        self.emitted[-1] += int((before != after).sum())
 
 
 class BlockDecoder:
@@ -138,6 +148,7 @@ class BlockDecoder:
             target_calls=target.calls - calls,
             draft_lengths=trace.depths,
             accepted=trace.accepted,
+            emitted=trace.emitted,
             draft_s=trace.draft_s,
             verify_s=trace.verify_s,
             positions=target.positions - positions,
@@ -151,7 +162,10 @@ class BlockDecoder:
         block = canvas[0, lo:hi]  # a view: committing writes into the canvas
         for step in range(policy.steps or hi - lo):
             logits = self.target.canvas_logits(canvas, lo, hi)[0]
-            block[:] = self.policy_step(block, self.scores(logits), policy, step)
+            trace.call()
+            state = self.policy_step(block, self.scores(logits), policy, step)
+            trace.commit(block, state)
+            block[:] = state
             if self.observe:
                 self.observe(block.clone(), logits, lo)
             if not (block == self.target.mask_id).any() or scan(canvas):
@@ -163,19 +177,9 @@ class DLLMConfig(SpatialConfig):
     name: str = "dllm"
 
 
-def check(cfg: SpatialConfig, warp: Warp) -> None:
-    check_spatial(cfg)
-    if not warp.greedy:
-        raise ConfigError(
-            "run.temperature",
-            warp.temperature,
-            "diffusion-LLM decoders here are greedy; allowed: 0",
-        )
-
-
 def vanilla(cfg: SpatialConfig, target: MaskedDiffusionLM) -> BlockDecoder:
-    """The baseline of `dllm`: one token per step (LLaDA with steps = gen length), under the
-    same block length, confidence and cache, so the speedup is what the policy buys."""
+    """One token per step (LLaDA with steps = gen length) under the same block length,
+    confidence and cache: the decoding the diffusion-LLM papers measure against."""
     one = DLLMConfig(
         block_length=cfg.block_length,
         confidence=cfg.confidence,
@@ -185,17 +189,73 @@ def vanilla(cfg: SpatialConfig, target: MaskedDiffusionLM) -> BlockDecoder:
     return BlockDecoder(target, one)
 
 
-register_method(
-    MethodSpec(
-        name="dllm",
-        config=DLLMConfig,
-        build=lambda cfg, target, drafter, warp: BlockDecoder(target, cfg),
-        cost_model=cost.block,
-        needs_drafter=False,
-        target_kind="diffusion",
-        baseline=lambda cfg, target, warp: vanilla(cfg, target),
-        check=check,
-        check_target=check_cache,
-        lossless=lambda cfg, warp: one_token_per_step(cfg),
-    )
-)
+ONE_PER_STEP = "one token per step (LLaDA, steps = generation length; same block and cache)"
+
+
+def spatial_label(cfg: SpatialConfig) -> list[str]:
+    """The policy and the knobs it reads, the block, and any cache."""
+    knobs = {
+        "quota": f"T{cfg.steps}" if cfg.steps else "1/step",
+        "threshold": f"τ{cfg.threshold:g}",
+        "dynamic": f"f{cfg.factor:g}",
+        "localleap": f"τ{cfg.threshold:g}/{cfg.relaxed_threshold:g} w{cfg.window}",
+        "origin": f"T{cfg.steps}" if cfg.steps else "1/step",
+    }
+    parts = [cfg.policy, knobs[cfg.policy], f"b{cfg.block_length}"]
+    if cfg.policy in ("quota", "origin") and cfg.schedule != "llada":
+        parts.append(cfg.schedule)
+    if cfg.confidence != "maskgit_plus":
+        parts.append(cfg.confidence)
+    if cfg.prefix_cache:
+        parts.append("dual-cache" if cfg.dual_cache else "prefix-cache")
+    return parts
+
+
+class DiffusionLLMMethod(Method):
+    """A decoder of a diffusion-LLM target under a spatial policy (greedy), measured against
+    one token per step; PSD and Spiffy extend it."""
+
+    Config = DLLMConfig
+    target_kind = "diffusion"
+    marker = "*"
+
+    def check(self) -> None:
+        check_spatial(self.cfg)
+        if not self.warp.greedy:
+            raise ConfigError(
+                "run.temperature",
+                self.warp.temperature,
+                "diffusion-LLM decoders here are greedy; allowed: 0",
+            )
+
+    def check_target(self, target: ModelConfig) -> None:
+        check_cache(self.cfg, target)
+
+    def cost_model(self, decoder: BlockDecoder, prompt_ids: list[int], summary: dict) -> dict:
+        return cost.block(decoder, prompt_ids, summary)
+
+    def top2_logits(self, target: MaskedDiffusionLM, prefix: list[int]) -> None:
+        return None
+
+    def facts(self, decoder: BlockDecoder) -> dict:
+        return {"approximate_cache": decoder.approximate_cache}
+
+    def label(self) -> str:
+        return " ".join([self.name, *spatial_label(self.cfg)])
+
+
+@METHODS.register
+class DLLM(DiffusionLLMMethod):
+    """The policy's own block decoder; exact only when it is one token per step."""
+
+    name = "dllm"
+    baseline_name = ONE_PER_STEP
+
+    def build(self, target: MaskedDiffusionLM, drafter: None, task: object) -> BlockDecoder:
+        return BlockDecoder(target, self.cfg)
+
+    def baseline(self, target: MaskedDiffusionLM) -> BlockDecoder:
+        return vanilla(self.cfg, target)
+
+    def exact(self) -> bool:
+        return one_token_per_step(self.cfg)

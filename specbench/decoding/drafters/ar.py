@@ -9,13 +9,14 @@ import torch
 
 from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import GammaSchedule, SpeculativeDecoder
-from specbench.decoding.verify import check_rule, is_lossless, make_rule
+from specbench.decoding.verify import check_rule, is_lossless, make_rule, resolve_rule
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
+from specbench.method import Method
 from specbench.metrics import cost
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
-from specbench.registry import MethodSpec, register_method
+from specbench.registry import METHODS
 
 
 def common_prefix_len(a: list[int], b: list[int], known: int = 0) -> int:
@@ -87,41 +88,53 @@ class ARDrafter:
 @dataclass
 class SpSConfig:
     name: str = "sps"
-    gamma: int = 4
-    schedule: str = "constant"
-    rule: str = "auto"
-    leniency: float = (
-        1.0  # the lenient rules' knob: ratio l, floor epsilon, top-k k, typical epsilon
-    )
+    gamma: int = 4  # tokens drafted per round (the first round's, under `heuristic`)
+    schedule: str = "constant"  # or heuristic: HF's (+2 after a fully accepted draft, -1 else)
+    rule: str = "auto"  # greedy at temperature 0, rejection above; or a lenient rule (verify.py)
+    leniency: float = 1.0  # the lenient rules' knob: ratio l, floor epsilon, top-k k, typical eps
 
 
-def check(cfg: SpSConfig, warp: Warp) -> None:
-    if cfg.gamma < 1:
-        raise ConfigError("method.gamma", cfg.gamma, "must be an integer >= 1")
-    if cfg.schedule not in ("constant", "heuristic"):
-        raise ConfigError("method.schedule", cfg.schedule, "allowed: constant, heuristic")
-    check_rule(cfg.rule, cfg.leniency, warp)
+def rule_label(rule: str, leniency: float, warp: Warp) -> list[str]:
+    """A lenient rule and its knob for a label; nothing for the exact rules."""
+    return [] if is_lossless(rule, warp) else [f"{resolve_rule(rule, warp)}{leniency:g}"]
 
 
-def build(cfg: SpSConfig, target: CausalLM, drafter: CausalLM, warp: Warp) -> SpeculativeDecoder:
-    rule = make_rule(cfg.rule, cfg.leniency, warp)
-    return SpeculativeDecoder(
-        target,
-        ARDrafter(drafter, warp, target.eos_token_ids, target.vocab_size),
-        rule,
-        warp,
-        GammaSchedule(cfg.gamma, cfg.schedule),
-    )
+@METHODS.register
+class SpS(Method):
+    """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023): a small causal LM drafts
+    gamma tokens, the target verifies them in one forward."""
 
+    name = "sps"
+    Config = SpSConfig
+    drafter_kind = "causal"
+    marker = "o"
+    round_unit = "tokens"
 
-register_method(
-    MethodSpec(
-        name="sps",
-        config=SpSConfig,
-        build=build,
-        cost_model=cost.speculative,
-        needs_drafter=True,
-        check=check,
-        lossless=lambda cfg, warp: is_lossless(cfg.rule, warp),
-    )
-)
+    def check(self) -> None:
+        cfg = self.cfg
+        if cfg.gamma < 1:
+            raise ConfigError("method.gamma", cfg.gamma, "must be an integer >= 1")
+        if cfg.schedule not in ("constant", "heuristic"):
+            raise ConfigError("method.schedule", cfg.schedule, "allowed: constant, heuristic")
+        check_rule(cfg.rule, cfg.leniency, self.warp)
+
+    def build(self, target: CausalLM, drafter: CausalLM, task: object) -> SpeculativeDecoder:
+        cfg, warp = self.cfg, self.warp
+        return SpeculativeDecoder(
+            target,
+            ARDrafter(drafter, warp, target.eos_token_ids, target.vocab_size),
+            make_rule(cfg.rule, cfg.leniency, warp),
+            warp,
+            GammaSchedule(cfg.gamma, cfg.schedule),
+        )
+
+    def exact(self) -> bool:
+        return is_lossless(self.cfg.rule, self.warp)
+
+    def cost_model(self, decoder: SpeculativeDecoder, prompt_ids: list[int], summary: dict) -> dict:
+        return cost.speculative(decoder, prompt_ids, summary)
+
+    def label(self) -> str:
+        schedule = [] if self.cfg.schedule == "constant" else [self.cfg.schedule]
+        rule = rule_label(self.cfg.rule, self.cfg.leniency, self.warp)
+        return " ".join(["sps", f"γ{self.cfg.gamma}", *schedule, *rule])

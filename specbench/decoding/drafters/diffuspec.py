@@ -22,13 +22,13 @@ from specbench.decoding.generation import Draft
 from specbench.decoding.ngram import NgramLM, cached_ngram
 from specbench.decoding.speculative import SpeculativeDecoder
 from specbench.decoding.verify import greedy
-from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
+from specbench.method import Method
 from specbench.metrics import cost
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
 from specbench.models.diffusion import MaskedDiffusionLM
-from specbench.registry import MethodSpec, register_method
+from specbench.registry import METHODS
 
 
 def candidates(logprobs: torch.Tensor, tau: float, m_max: int, eos: set[int]) -> list[list[int]]:
@@ -204,27 +204,6 @@ class DiffuSpecConfig:
     ngram_corpus: str = "tiny"  # "tiny" (the tiny world's training text) or a text/JSONL file
 
 
-def check(cfg: DiffuSpecConfig, warp: Warp) -> None:
-    if not warp.greedy:
-        raise ConfigError(
-            "run.temperature", warp.temperature, "diffuspec verifies greedily here: use 0"
-        )
-    bounds = [
-        ("method.k_min", cfg.k_min, 1 <= cfg.k_min <= cfg.k_max, "must be in [1, k_max]"),
-        ("method.k", cfg.k, cfg.k >= 1, "must be >= 1"),
-        ("method.rho", cfg.rho, 0 < cfg.rho <= 1, "must be in (0, 1]"),
-        ("method.tau", cfg.tau, 0 < cfg.tau <= 1, "must be in (0, 1]"),
-        ("method.lam", cfg.lam, 0 <= cfg.lam <= 1, "must be in [0, 1]"),
-        ("method.m_max", cfg.m_max, cfg.m_max >= 1, "must be >= 1"),
-        ("method.beam", cfg.beam, cfg.beam >= 1, "must be >= 1"),
-        ("method.refine_steps", cfg.refine_steps, cfg.refine_steps >= 1, "must be >= 1"),
-        ("method.ngram_order", cfg.ngram_order, cfg.ngram_order >= 1, "must be >= 1"),
-    ]
-    for key, value, ok, allowed in bounds:
-        if not ok:
-            raise ConfigError(key, value, allowed)
-
-
 def corpus_sequences(cfg: DiffuSpecConfig, target: CausalLM) -> list[list[int]]:
     """The n-gram's training text, tokenised by the target's tokenizer."""
     if cfg.ngram_corpus == "tiny":
@@ -245,30 +224,60 @@ def corpus_sequences(cfg: DiffuSpecConfig, target: CausalLM) -> list[list[int]]:
     return [target.tokenizer(t)["input_ids"] for t in texts]
 
 
-def build(
-    cfg: DiffuSpecConfig, target: CausalLM, drafter: MaskedDiffusionLM, warp: Warp
-) -> SpeculativeDecoder:
-    ngram = None
-    if cfg.cps and cfg.lam < 1:
-        key = f"{cfg.ngram_corpus}|{target.tokenizer.name_or_path}"
-        ngram = cached_ngram(key, cfg.ngram_order, target.vocab_size, corpus_sequences(cfg, target))
-    schedule = (
-        AdaptiveDraftLength(cfg.k_min, cfg.k_max, cfg.delta, cfg.rho)
-        if cfg.adl
-        else FixedDraftLength(cfg.k)
-    )
-    drafter_ = DiffuSpecDrafter(drafter, ngram, cfg, set(target.eos_token_ids), target.vocab_size)
-    return SpeculativeDecoder(target, drafter_, greedy, warp, schedule)
+@METHODS.register
+class DiffuSpec(Method):
+    """DiffuSpec (Li et al. 2025): one-pass diffusion drafts, CPS and ADL; greedy verification,
+    so exactly the target's greedy output."""
 
+    name = "diffuspec"
+    Config = DiffuSpecConfig
+    drafter_kind = "diffusion"
+    marker = "v"
+    round_unit = "tokens"
 
-register_method(
-    MethodSpec(
-        name="diffuspec",
-        config=DiffuSpecConfig,
-        build=build,
-        cost_model=cost.speculative,
-        needs_drafter=True,
-        drafter_kind="diffusion",
-        check=check,
-    )
-)
+    def check(self) -> None:
+        cfg, warp = self.cfg, self.warp
+        if not warp.greedy:
+            raise ConfigError(
+                "run.temperature", warp.temperature, "diffuspec verifies greedily here: use 0"
+            )
+        bounds = [
+            ("method.k_min", cfg.k_min, 1 <= cfg.k_min <= cfg.k_max, "must be in [1, k_max]"),
+            ("method.k", cfg.k, cfg.k >= 1, "must be >= 1"),
+            ("method.rho", cfg.rho, 0 < cfg.rho <= 1, "must be in (0, 1]"),
+            ("method.tau", cfg.tau, 0 < cfg.tau <= 1, "must be in (0, 1]"),
+            ("method.lam", cfg.lam, 0 <= cfg.lam <= 1, "must be in [0, 1]"),
+            ("method.m_max", cfg.m_max, cfg.m_max >= 1, "must be >= 1"),
+            ("method.beam", cfg.beam, cfg.beam >= 1, "must be >= 1"),
+            ("method.refine_steps", cfg.refine_steps, cfg.refine_steps >= 1, "must be >= 1"),
+            ("method.ngram_order", cfg.ngram_order, cfg.ngram_order >= 1, "must be >= 1"),
+        ]
+        for key, value, ok, allowed in bounds:
+            if not ok:
+                raise ConfigError(key, value, allowed)
+
+    def build(
+        self, target: CausalLM, drafter: MaskedDiffusionLM, task: object
+    ) -> SpeculativeDecoder:
+        cfg = self.cfg
+        ngram = None
+        if cfg.cps and cfg.lam < 1:
+            key = f"{cfg.ngram_corpus}|{target.tokenizer.name_or_path}"
+            sequences = corpus_sequences(cfg, target)
+            ngram = cached_ngram(key, cfg.ngram_order, target.vocab_size, sequences)
+        schedule = (
+            AdaptiveDraftLength(cfg.k_min, cfg.k_max, cfg.delta, cfg.rho)
+            if cfg.adl
+            else FixedDraftLength(cfg.k)
+        )
+        eos = set(target.eos_token_ids)
+        drafter_ = DiffuSpecDrafter(drafter, ngram, cfg, eos, target.vocab_size)
+        return SpeculativeDecoder(target, drafter_, greedy, self.warp, schedule)
+
+    def cost_model(self, decoder: SpeculativeDecoder, prompt_ids: list[int], summary: dict) -> dict:
+        return cost.speculative(decoder, prompt_ids, summary)
+
+    def label(self) -> str:
+        cfg = self.cfg
+        parts = ["diffuspec", "+".join(n for n in ("cps", "adl") if getattr(cfg, n)) or "one-pass"]
+        return " ".join(parts if cfg.adl else [*parts, f"k{cfg.k}"])

@@ -19,11 +19,14 @@ last denoiser output when nothing changed since (upstream runs one more forward,
 same argmax without time conditioning) and skipping the forward when nothing is masked.
 
 The proposal distribution q_i the acceptance test needs (`q_source`, METHODS.md section 1):
-`reveal_step` - the row position i was sampled from (the final row for noise-removed ones);
+`reveal_step` - the row position i was sampled from (one-hot on the argmax for a position the
+sampler left masked: that token was chosen, not drawn);
 `final_step` - each position's row from one more forward over the finished draft, without the
 SUBS copy-through, at the temperature but untruncated (so every drafted token keeps mass); `onehot` - q is the drafted token itself (accept with probability p(d)).
-Every q is a joint sample's marginal, not the conditional the proof of exactness needs, so
-SpecDiff with rejection sampling is approximate; greedy verification is exactly lossless.
+With T >= 2 every q is a joint sample's marginal, not the conditional the proof of exactness
+needs, so SpecDiff with rejection sampling is approximate there; with T = 1 and `reveal_step`
+the tokens are independent draws from their rows and it is exact (`SpecDiff.exact`); greedy
+verification is exactly lossless.
 """
 
 from __future__ import annotations
@@ -33,17 +36,18 @@ from dataclasses import dataclass
 
 import torch
 
-from specbench.decoding.drafters.ar import fit_vocab
+from specbench.decoding.drafters.ar import fit_vocab, rule_label
 from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import GammaSchedule, SpeculativeDecoder
-from specbench.decoding.verify import check_rule, make_rule, resolve_rule
+from specbench.decoding.verify import check_rule, is_lossless, make_rule, resolve_rule
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
+from specbench.method import Method
 from specbench.metrics import cost
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
 from specbench.models.diffusion import MaskedDiffusionLM
-from specbench.registry import MethodSpec, register_method
+from specbench.registry import METHODS
 
 EPS = 1e-5
 Q_SOURCES = ("reveal_step", "final_step", "onehot")
@@ -161,7 +165,7 @@ class SpecDiffDrafter:
                 probs = self._probs(block, t=final_t)
             for i in still:
                 block[i] = int(probs[i].argmax())
-                q_rows[i] = probs[i]
+                q_rows[i] = torch.zeros_like(probs[i]).index_fill_(0, probs[i].argmax(), 1.0)
         q_probs = self._proposal(block, q_rows, final_t)
         synchronize(dlm.device)
         return Draft(block, q_probs, dlm.calls - calls, time.perf_counter() - started)
@@ -179,51 +183,66 @@ class SpecDiffDrafter:
 @dataclass
 class SpecDiffConfig:
     name: str = "specdiff"
-    gamma: int = 10
-    steps: int = 4
-    q_source: str = "reveal_step"
-    rule: str = "auto"
-    leniency: float = (
-        1.0  # the lenient rules' knob: ratio l, floor epsilon, top-k k, typical epsilon
-    )
+    gamma: int = 10  # draft length
+    steps: int = 4  # T, denoising steps per draft
+    q_source: str = "reveal_step"  # the proposal for rejection sampling: or final_step, onehot
+    rule: str = "auto"  # greedy at temperature 0, rejection above; or a lenient rule (verify.py)
+    leniency: float = 1.0  # the lenient rules' knob: ratio l, floor epsilon, top-k k, typical eps
 
 
-def check(cfg: SpecDiffConfig, warp: Warp) -> None:
-    if cfg.gamma < 1:
-        raise ConfigError("method.gamma", cfg.gamma, "must be an integer >= 1")
-    if cfg.steps < 1:
-        raise ConfigError("method.steps", cfg.steps, "must be an integer >= 1 (T, denoising steps)")
-    if cfg.q_source not in Q_SOURCES:
-        raise ConfigError("method.q_source", cfg.q_source, f"allowed: {', '.join(Q_SOURCES)}")
-    check_rule(cfg.rule, cfg.leniency, warp)
+@METHODS.register
+class SpecDiff(Method):
+    """SpecDiff (Christopher et al., NAACL 2025): an MDLM drafts gamma tokens in T steps.
 
+    Exact: greedy verification always; rejection sampling when every drafted token was drawn
+    from the row its proposal names, independently of the other drafted tokens, which holds
+    for T = 1 with `reveal_step` (one denoiser output, independent draws; a position the
+    sampler leaves masked is filled by its argmax and proposed one-hot). For T >= 2 a token
+    revealed at a later step was drawn given tokens to its right, so its row is not the
+    left-to-right conditional the proof needs: labelled lossy."""
 
-def lossless(cfg: SpecDiffConfig, warp: Warp) -> bool:
-    """Greedy verification is exact; rejection sampling over a joint draft is approximate."""
-    return resolve_rule(cfg.rule, warp) == "greedy"
+    name = "specdiff"
+    Config = SpecDiffConfig
+    drafter_kind = "diffusion"
+    marker = "^"
+    round_unit = "tokens"
 
+    def check(self) -> None:
+        cfg = self.cfg
+        if cfg.gamma < 1:
+            raise ConfigError("method.gamma", cfg.gamma, "must be an integer >= 1")
+        if cfg.steps < 1:
+            raise ConfigError(
+                "method.steps", cfg.steps, "must be an integer >= 1 (T, denoising steps)"
+            )
+        if cfg.q_source not in Q_SOURCES:
+            raise ConfigError("method.q_source", cfg.q_source, f"allowed: {', '.join(Q_SOURCES)}")
+        check_rule(cfg.rule, cfg.leniency, self.warp)
 
-def build(
-    cfg: SpecDiffConfig, target: CausalLM, drafter: MaskedDiffusionLM, warp: Warp
-) -> SpeculativeDecoder:
-    return SpeculativeDecoder(
-        target,
-        SpecDiffDrafter(drafter, warp, cfg.steps, cfg.q_source, target.vocab_size),
-        make_rule(cfg.rule, cfg.leniency, warp),
-        warp,
-        GammaSchedule(cfg.gamma, "constant"),
-    )
+    def build(
+        self, target: CausalLM, drafter: MaskedDiffusionLM, task: object
+    ) -> SpeculativeDecoder:
+        cfg, warp = self.cfg, self.warp
+        return SpeculativeDecoder(
+            target,
+            SpecDiffDrafter(drafter, warp, cfg.steps, cfg.q_source, target.vocab_size),
+            make_rule(cfg.rule, cfg.leniency, warp),
+            warp,
+            GammaSchedule(cfg.gamma, "constant"),
+        )
 
+    def exact(self) -> bool:
+        rule = resolve_rule(self.cfg.rule, self.warp)
+        if rule == "greedy":
+            return True
+        independent = self.cfg.steps == 1 and self.cfg.q_source == "reveal_step"
+        return is_lossless(self.cfg.rule, self.warp) and independent
 
-register_method(
-    MethodSpec(
-        name="specdiff",
-        config=SpecDiffConfig,
-        build=build,
-        cost_model=cost.speculative,
-        needs_drafter=True,
-        drafter_kind="diffusion",
-        check=check,
-        lossless=lossless,
-    )
-)
+    def cost_model(self, decoder: SpeculativeDecoder, prompt_ids: list[int], summary: dict) -> dict:
+        return cost.speculative(decoder, prompt_ids, summary)
+
+    def label(self) -> str:
+        cfg = self.cfg
+        q = [] if self.warp.greedy else [cfg.q_source]
+        rule = rule_label(cfg.rule, cfg.leniency, self.warp)
+        return " ".join(["specdiff", f"γ{cfg.gamma}", f"T{cfg.steps}", *q, *rule])
