@@ -13,21 +13,24 @@ import torch
 from transformers import AutoTokenizer, PreTrainedModel
 from transformers.modeling_outputs import MaskedLMOutput
 
-from conftest import builtin, tiny_dlm
+from conftest import builtin, compose_cfg, tiny_dlm
 from specbench import paths
 from specbench.decoding.autoregressive import AutoregressiveDecoder
 from specbench.decoding.drafters.diffuspec import (
     AdaptiveDraftLength,
+    DiffuSpec,
     DiffuSpecConfig,
-    build,
     candidates,
     path_search,
 )
 from specbench.decoding.generation import Draft
 from specbench.decoding.ngram import NgramLM
 from specbench.decoding.warp import Warp
+from specbench.errors import ConfigError
 from specbench.models.diffusion import DreamDiffusionLM
 from specbench.models.tiny.dlm import TinyDLM, TinyDLMConfig
+from specbench.run import prepare
+from specbench.tasks.tiny_code import TinyCodeConfig, TinyCodeTask
 
 CPU = torch.device("cpu")
 
@@ -51,7 +54,8 @@ def world():
 )
 def test_greedy_diffuspec_equals_the_targets_greedy_output(world, cfg) -> None:
     target, dlm, prompts = world
-    method, baseline = build(cfg, target, dlm, Warp()), AutoregressiveDecoder(target, Warp())
+    method = DiffuSpec(cfg, Warp()).build(target, dlm, TinyCodeTask(TinyCodeConfig()))
+    baseline = AutoregressiveDecoder(target, Warp())
     for prompt in prompts[:20]:
         got = method.generate(prompt, 40, torch.Generator())
         assert got.tokens == baseline.generate(prompt, 40, torch.Generator()).tokens
@@ -149,3 +153,17 @@ def test_the_dream_adapter_reads_each_position_from_the_row_before_it() -> None:
     torch.testing.assert_close(got, aligned)
     subs = dlm.block_logits(block).softmax(-1)
     assert subs[:, 63].max() == 0 and subs[2].argmax() == 7  # SUBS on the shifted rows
+
+
+def test_the_ngram_is_fitted_on_the_tasks_own_training_text(tmp_path) -> None:
+    """tiny_code's n-gram is the tiny world's training text; a task with no training split
+    is refused in one line unless a file is given or the n-gram is off."""
+    base = ["method=diffuspec", "drafter=tiny-dlm", f"run.results_dir={tmp_path}"]
+    assert prepare(compose_cfg(*base, "run.limit=1")).task.train_texts()
+    with pytest.raises(ConfigError) as err:
+        prepare(compose_cfg(*base, "task=prompts"))
+    assert err.value.key == "method.ngram_corpus" and "no training text" in str(err.value)
+    prepare(compose_cfg(*base, "task=prompts", "method.lam=1"))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("def f():\n    return 1\n")
+    prepare(compose_cfg(*base, "task=prompts", f"method.ngram_corpus={corpus}"))

@@ -12,11 +12,17 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from conftest import EXACT, compose_cfg
+from conftest import compose_cfg
 from specbench import paths
 from specbench.config import ModelConfig
 from specbench.decoding.dllm.graph import DraftGraph, Node, select
-from specbench.decoding.dllm.spiffy import SpiffyConfig, SpiffyDecoder, calibrate
+from specbench.decoding.dllm.spiffy import (
+    SpiffyConfig,
+    SpiffyDecoder,
+    calibrate,
+    count_nodes,
+    rankings,
+)
 from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig
 from specbench.decoding.generation import Stop
 from specbench.errors import ConfigError
@@ -32,7 +38,7 @@ def world() -> tuple[MaskedDiffusionLM, list[list[int]], list[list[int]]]:
     cfg = ModelConfig(
         name="tiny-dlm", name_or_path="specbench:tiny-dlm", kind="diffusion", adapter="tiny"
     )
-    dlm = load_diffusion_lm(cfg, "target", CPU, EXACT)
+    dlm = load_diffusion_lm(cfg, "target", CPU, "float32")
     tokenizer = AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")
     rows = [json.loads(line) for line in (paths.TINY_DIR / "tiny_code.jsonl").open()]
     prompts = [tokenizer(r["prompt"])["input_ids"] for r in rows]
@@ -71,6 +77,33 @@ def test_graphs_round_trip_through_versioned_json(tmp_path) -> None:
     (tmp_path / "old.json").write_text(json.dumps({**data, "version": 0}))
     with pytest.raises(ValueError, match="version"):
         DraftGraph.load(tmp_path / "old.json")
+
+
+def test_calibration_counts_each_later_state_under_the_steps_own_ranking() -> None:
+    """A hand-made decoding of a 4-position block (mask 5) under fixed logits: position 2 is
+    committed first, then 1, 0, 3. Confidence ranks the masked positions 1 > 0 > 3; each
+    committed token is its position's top token except position 3's (token 0, second)."""
+    mask = 5
+    log_probs = torch.full((4, 6), -9.0)
+    log_probs[1, 4], log_probs[0, 1], log_probs[3, 2], log_probs[3, 0] = -0.1, -0.2, -0.3, -0.4
+    log_probs[2, 3] = -0.01
+    conf = torch.tensor([0.8, 0.9, 0.99, 0.5])
+    states = [[mask, mask, 3, mask], [mask, 4, 3, mask], [1, 4, 3, mask], [1, 4, 3, 0]]
+    steps = []
+    for state in states:
+        block = torch.tensor(state)
+        steps.append((block, rankings(log_probs, block == mask, conf), 0))
+    counts = count_nodes(steps, 3, mask)
+    assert counts == {
+        Node(1, frozenset({(0, 0)})): 2,  # from step 0 (position 1 first) and step 1 (position 0)
+        Node(2, frozenset({(0, 0), (1, 0)})): 1,
+        Node(3, frozenset({(0, 0), (1, 0), (2, 1)})): 1,
+        Node(2, frozenset({(0, 0), (1, 1)})): 1,
+        Node(1, frozenset({(0, 1)})): 1,
+    }
+    # a later block's states are never counted against this block's steps
+    steps[2] = (steps[2][0], steps[2][1], 32)
+    assert count_nodes(steps, 3, mask) == {Node(1, frozenset({(0, 0)})): 1}
 
 
 def test_calibration_is_deterministic_and_finds_the_next_tokens(world) -> None:
@@ -189,3 +222,22 @@ def test_bad_spiffy_configs_fail_before_loading(overrides, key) -> None:
     with pytest.raises(ConfigError) as err:
         prepare(compose_cfg("target=tiny-dlm", "drafter=none", "method=spiffy", *overrides))
     assert err.value.key == key
+
+
+def test_spiffy_never_calibrates_on_a_measured_item(tmp_path) -> None:
+    """A calibration file holding one measured prompt is refused by name; a task without a
+    held-out split is refused; the task's own held-out samples are accepted."""
+    prompt = json.loads((paths.TINY_DIR / "tiny_code.jsonl").read_text().splitlines()[3])["prompt"]
+    leaky = tmp_path / "calibration.jsonl"
+    leaky.write_text(
+        json.dumps({"prompt": "unrelated text"}) + "\n" + json.dumps({"prompt": prompt}) + "\n"
+    )
+    base = ["target=tiny-dlm", "drafter=none", "method=spiffy", f"run.results_dir={tmp_path}"]
+    with pytest.raises(ConfigError) as err:
+        prepare(compose_cfg(*base, f"method.calibration={leaky}"))
+    assert err.value.key == "method.calibration" and "is a measured item" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        prepare(compose_cfg(*base, "task=prompts"))
+    assert "has no held-out split" in str(err.value)
+    plan = prepare(compose_cfg(*base, "run.limit=2"))
+    assert plan.task.heldout() and plan.samples

@@ -83,6 +83,17 @@ class Task:
             parts += [answer, turn]
         return tokenizer("\n\n".join(parts), add_special_tokens=True)["input_ids"]
 
+    def heldout(self) -> list[Sample]:
+        """Samples in this task's format from data it never measures (a training, validation
+        or prompt split), for methods that calibrate on the task (Spiffy); empty where the
+        task has none."""
+        return []
+
+    def train_texts(self) -> list[str]:
+        """Text of the task's training split, for methods that fit a model to the task
+        (DiffuSpec's n-gram); empty where the task has none."""
+        return []
+
     def answer(self, text: str) -> str:
         """The decoded completion cut at the first stop string (its token ends decoding)."""
         for stop in self.cfg.stop:

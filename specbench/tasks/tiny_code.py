@@ -14,6 +14,8 @@ from specbench.metrics.quality import OracleLM
 from specbench.registry import TaskSpec, register_task
 from specbench.tasks.base import Sample, Task, TaskConfig, read_jsonl
 
+HELDOUT_PROMPT_CHARS = 512  # about the 128 tokens a tiny_code prompt holds
+
 
 @dataclass
 class TinyCodeConfig(TaskConfig):
@@ -25,6 +27,21 @@ class TinyCodeConfig(TaskConfig):
 class TinyCodeTask(Task):
     name = "tiny_code"
     metrics = {"nll": False, "exact_match": True, "prefix_match": True}
+
+    def heldout(self) -> list[Sample]:
+        """The opening of each validation module (the measured prompts come from the held-out
+        split, the checkpoints were trained on the train split)."""
+        from specbench.models.tiny import corpus
+
+        return [
+            Sample(id=f"tiny-validation-{i:03d}", prompt=text[:HELDOUT_PROMPT_CHARS])
+            for i, text in enumerate(t for t in corpus.texts("validation") if t.strip())
+        ]
+
+    def train_texts(self) -> list[str]:
+        from specbench.models.tiny import corpus
+
+        return corpus.texts("train")
 
     def samples(self) -> list[Sample]:
         rows = read_jsonl(self.cfg.source, "task.source", required=("id", "prompt", "reference"))

@@ -23,7 +23,7 @@ import json
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -38,7 +38,7 @@ from specbench.errors import ConfigError
 from specbench.metrics.speed import synchronize
 from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.registry import METHODS
-from specbench.tasks.base import read_rows
+from specbench.tasks.base import Sample, Task, read_rows
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def rankings(log_probs: torch.Tensor, masked: torch.Tensor, conf: torch.Tensor) 
 class SpiffyDecoder(BlockDecoder):
     def __init__(self, target: MaskedDiffusionLM, cfg: SpiffyConfig, graph: DraftGraph):
         super().__init__(target, cfg)
-        self.graph, self.keep = graph, cfg.keep or len(graph.nodes)
+        self.graph, self.keep = graph, min(kept_nodes(cfg), len(graph.nodes))
         self.roots = graph.roots
         self.children = {k: graph.children(k) for k in range(len(graph.nodes))}
         self.parents = {k: graph.parents(k) for k in range(len(graph.nodes))}
@@ -154,23 +154,60 @@ class SpiffyDecoder(BlockDecoder):
 class SpiffyConfig(DLLMConfig):
     name: str = "spiffy"
     nodes: int = 5  # D, the calibrated graph's size
-    keep: int | None = None  # D*, nodes kept after online pruning; null = all
+    keep: int | None = None  # D*, nodes kept per call after online pruning; null = ceil(D / 2)
     graph: str | None = None  # a saved graph (JSON); null = calibrate (cached)
-    calibration: str = "tiny"  # "tiny": the tiny world's validation text; or a JSONL of prompts
+    # "task": the measured task's held-out samples (`Task.heldout`), in its own prompt format;
+    # or a JSONL file of {"prompt"} rows. Either is refused if it overlaps the measured samples.
+    calibration: str = "task"
     calibration_samples: int = 50
     calibration_new_tokens: int = 128
 
 
-def calibration_prompts(cfg: SpiffyConfig, tokenizer: object) -> list[list[int]]:
-    """`tiny`: the first 128 tokens of the tiny world's validation modules (tiny_code's prompts
-    come from the held-out split, so evaluation never sees them); else the file's prompts."""
-    if cfg.calibration == "tiny":
-        from specbench.models.tiny import corpus
+def kept_nodes(cfg: SpiffyConfig) -> int:
+    """D*: the paper prunes every call to a budget below D without fixing it; half of D."""
+    return cfg.keep if cfg.keep is not None else -(-cfg.nodes // 2)
 
-        texts = corpus.texts("validation")
-        return [tokenizer(t)["input_ids"][:128] for t in texts[: cfg.calibration_samples]]
+
+def calibration_samples(cfg: SpiffyConfig, task: Task) -> list[Sample]:
+    """The samples calibration decodes: the task's held-out ones, or the file's prompts."""
+    if cfg.calibration == "task":
+        held = task.heldout()
+        if not held:
+            raise ConfigError(
+                "method.calibration",
+                "task",
+                f"task {task.name} has no held-out split to calibrate on; "
+                'give a JSONL file of {"prompt"} rows from other data',
+            )
+        return held[: cfg.calibration_samples]
     rows = read_rows(cfg.calibration, "method.calibration")[: cfg.calibration_samples]
-    return [tokenizer(r["prompt"])["input_ids"] for r in rows]
+    return [Sample(id=f"calibration-{i}", prompt=row["prompt"]) for i, row in enumerate(rows)]
+
+
+def _text(sample: Sample) -> str:
+    return " ".join(sample.user_turns[0].split())
+
+
+def check_disjoint(calibration: list[Sample], measured: list[Sample], key: str) -> None:
+    """One line when a calibration prompt is one of the measured items (either text holding
+    the other: an MBPP description inside its measured prompt counts)."""
+    texts = [_text(s) for s in measured]
+    for sample in calibration:
+        mine = _text(sample)
+        hit = next((m for m in texts if mine and (mine in m or m in mine)), None)
+        if hit is not None:
+            raise ConfigError(
+                key,
+                sample.id,
+                f"calibration prompt {mine[:60]!r}... is a measured item; "
+                "calibrate on data the run does not measure",
+            )
+
+
+def calibration_prompts(cfg: SpiffyConfig, task: Task, tokenizer: object) -> list[list[int]]:
+    """Calibration prompts tokenised as the task prompts its own samples."""
+    chat = getattr(task, "chat", False)
+    return [task.prompt_ids(tokenizer, s, chat) for s in calibration_samples(cfg, task)]
 
 
 def rank_pairs(
@@ -209,29 +246,41 @@ def calibrate(target: MaskedDiffusionLM, cfg: SpiffyConfig, prompts: list[list[i
     for prompt in prompts:
         steps.clear()
         decoder.generate(prompt, cfg.calibration_new_tokens, torch.Generator(), Stop(frozenset()))
-        for s, (state, ranked, block) in enumerate(steps):
-            for depth in range(1, cfg.nodes + 1):
-                if s + depth >= len(steps) or steps[s + depth][2] != block:
-                    break
-                pairs = rank_pairs(ranked, state, steps[s + depth][0], target.mask_id)
-                if pairs is None:  # so is every deeper node from this step
-                    break
-                counts[Node(depth, pairs)] += 1
+        counts.update(count_nodes(steps, cfg.nodes, target.mask_id))
     return DraftGraph(select(counts, cfg.nodes), {"prompts": len(prompts), "steps": len(counts)})
 
 
-def graph_for(cfg: SpiffyConfig, target: MaskedDiffusionLM, tokenizer: object) -> DraftGraph:
-    """A saved graph, or one calibrated for this model, policy and D (cached)."""
+def count_nodes(steps: list[tuple], depth_max: int, mask_id: int) -> Counter[Node]:
+    """From one decoding's steps (block after the step, the rankings that step read, block
+    start): for each step s and depth d, the node the state d steps later forms under step s's
+    rankings, within one block; a token outside the ranked vocabulary ends the deeper ones."""
+    counts: Counter[Node] = Counter()
+    for s, (state, ranked, block) in enumerate(steps):
+        for depth in range(1, depth_max + 1):
+            if s + depth >= len(steps) or steps[s + depth][2] != block:
+                break
+            pairs = rank_pairs(ranked, state, steps[s + depth][0], mask_id)
+            if pairs is None:  # so is every deeper node from this step
+                break
+            counts[Node(depth, pairs)] += 1
+    return counts
+
+
+def graph_for(
+    cfg: SpiffyConfig, target: MaskedDiffusionLM, task: Task, tokenizer: object
+) -> DraftGraph:
+    """A saved graph, or one calibrated for this model, policy, D and calibration set (cached)."""
     if cfg.graph is not None:
         return DraftGraph.load(Path(cfg.graph))
     knobs = [f.name for f in fields(SpiffyConfig) if f.name not in ("name", "keep", "graph")]
     policy = {k: getattr(cfg, k) for k in knobs}
-    key = json.dumps({"model": target.name, "policy": policy}, sort_keys=True)
+    data = asdict(task.cfg) if cfg.calibration == "task" else cfg.calibration  # its files too
+    key = json.dumps({"model": target.name, "policy": policy, "data": data}, sort_keys=True)
     path = paths.cache_dir() / "spiffy" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
     if path.exists():
         return DraftGraph.load(path)
-    graph = calibrate(target, cfg, calibration_prompts(cfg, tokenizer))
-    graph.meta.update({"model": target.name, "policy": policy})
+    graph = calibrate(target, cfg, calibration_prompts(cfg, task, tokenizer))
+    graph.meta.update({"model": target.name, "policy": policy, "data": data})
     graph.save(path)
     log.info("spiffy: calibrated a %d-node graph -> %s", len(graph.nodes), path)
     return graph
@@ -252,17 +301,21 @@ class Spiffy(SpeculativeDLLMMethod):
             raise ConfigError("method.keep", cfg.keep, f"must be null or in [1, nodes={cfg.nodes}]")
         if cfg.graph is not None and not Path(cfg.graph).exists():
             raise ConfigError("method.graph", cfg.graph, "no such file; null calibrates a graph")
-        if cfg.calibration != "tiny" and not Path(cfg.calibration).exists():
+        if cfg.calibration != "task" and not Path(cfg.calibration).exists():
             raise ConfigError(
-                "method.calibration", cfg.calibration, "allowed: tiny, or a JSONL file of prompts"
+                "method.calibration", cfg.calibration, "allowed: task, or a JSONL file of prompts"
             )
         for key in ("calibration_samples", "calibration_new_tokens"):
             if getattr(cfg, key) < 1:
                 raise ConfigError(f"method.{key}", getattr(cfg, key), "must be >= 1")
 
-    def build(self, target: MaskedDiffusionLM, drafter: None, task: object) -> SpiffyDecoder:
-        return SpiffyDecoder(target, self.cfg, graph_for(self.cfg, target, target.tokenizer))
+    def check_task(self, task: Task, samples: list[Sample]) -> None:
+        if self.cfg.graph is None:
+            check_disjoint(calibration_samples(self.cfg, task), samples, "method.calibration")
+
+    def build(self, target: MaskedDiffusionLM, drafter: None, task: Task) -> SpiffyDecoder:
+        graph = graph_for(self.cfg, target, task, target.tokenizer)
+        return SpiffyDecoder(target, self.cfg, graph)
 
     def label(self) -> str:
-        keep = f"/{self.cfg.keep}" if self.cfg.keep else ""
-        return f"{super().label()} D{self.cfg.nodes}{keep}"
+        return f"{super().label()} D{self.cfg.nodes}/{kept_nodes(self.cfg)}"

@@ -11,9 +11,11 @@ refuses run.temperature > 0 rather than run an unlabelled approximation.
 from __future__ import annotations
 
 import heapq
+import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
@@ -29,6 +31,7 @@ from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
 from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.registry import METHODS
+from specbench.tasks.base import Task, read_rows
 
 
 def candidates(logprobs: torch.Tensor, tau: float, m_max: int, eos: set[int]) -> list[list[int]]:
@@ -201,27 +204,19 @@ class DiffuSpecConfig:
     lam: float = 0.5
     refine_steps: int = 1
     ngram_order: int = 3
-    ngram_corpus: str = "tiny"  # "tiny" (the tiny world's training text) or a text/JSONL file
+    # "task": the measured task's training text (`Task.train_texts`); or a text/JSONL file
+    ngram_corpus: str = "task"
 
 
-def corpus_sequences(cfg: DiffuSpecConfig, target: CausalLM) -> list[list[int]]:
-    """The n-gram's training text, tokenised by the target's tokenizer."""
-    if cfg.ngram_corpus == "tiny":
-        from specbench.models.tiny import corpus
-
-        texts = corpus.texts("train")
-    else:
-        from specbench.tasks.base import read_rows
-
-        if cfg.ngram_corpus.endswith((".jsonl", ".json", ".gz")):
-            texts = [
-                " ".join(str(v) for v in row.values())
-                for row in read_rows(cfg.ngram_corpus, "method.ngram_corpus")
-            ]
-        else:
-            with open(cfg.ngram_corpus, encoding="utf-8") as fh:
-                texts = [fh.read()]
-    return [target.tokenizer(t)["input_ids"] for t in texts]
+def corpus_texts(cfg: DiffuSpecConfig, task: Task) -> list[str]:
+    """The n-gram's training text: the task's own training split, or the file's text."""
+    if cfg.ngram_corpus == "task":
+        return task.train_texts()
+    if cfg.ngram_corpus.endswith((".jsonl", ".json", ".gz")):
+        rows = read_rows(cfg.ngram_corpus, "method.ngram_corpus")
+        return [" ".join(str(v) for v in row.values()) for row in rows]
+    with open(cfg.ngram_corpus, encoding="utf-8") as fh:
+        return [fh.read()]
 
 
 @METHODS.register
@@ -255,15 +250,34 @@ class DiffuSpec(Method):
         for key, value, ok, allowed in bounds:
             if not ok:
                 raise ConfigError(key, value, allowed)
+        corpus = cfg.ngram_corpus
+        if self.uses_ngram() and corpus != "task" and not Path(corpus).is_file():
+            raise ConfigError("method.ngram_corpus", corpus, "allowed: task, or a text/JSONL file")
+
+    def uses_ngram(self) -> bool:
+        return self.cfg.cps and self.cfg.lam < 1
+
+    def check_task(self, task: Task, samples: list) -> None:
+        """The n-gram is fitted on the task's training text: a task without one needs a file
+        (or no n-gram)."""
+        if self.uses_ngram() and self.cfg.ngram_corpus == "task" and not task.train_texts():
+            raise ConfigError(
+                "method.ngram_corpus",
+                "task",
+                f"task {task.name} has no training text to fit the n-gram on; "
+                "give a text/JSONL file, or method.lam=1 (drafter scores only)",
+            )
 
     def build(
         self, target: CausalLM, drafter: MaskedDiffusionLM, task: object
     ) -> SpeculativeDecoder:
         cfg = self.cfg
         ngram = None
-        if cfg.cps and cfg.lam < 1:
-            key = f"{cfg.ngram_corpus}|{target.tokenizer.name_or_path}"
-            sequences = corpus_sequences(cfg, target)
+        if self.uses_ngram():
+            task_data = json.dumps(asdict(task.cfg), sort_keys=True, default=str)
+            corpus = f"task:{task_data}" if cfg.ngram_corpus == "task" else cfg.ngram_corpus
+            key = f"{corpus}|{target.tokenizer.name_or_path}"
+            sequences = (target.tokenizer(t)["input_ids"] for t in corpus_texts(cfg, task))
             ngram = cached_ngram(key, cfg.ngram_order, target.vocab_size, sequences)
         schedule = (
             AdaptiveDraftLength(cfg.k_min, cfg.k_max, cfg.delta, cfg.rho)
