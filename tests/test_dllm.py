@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from conftest import EXACT, compose_cfg
+from conftest import compose_cfg, dtype_for
 from specbench import paths
 from specbench.config import ModelConfig
 from specbench.decoding.dllm.policies import (
@@ -38,7 +38,7 @@ def load(name: str, adapter: str) -> MaskedDiffusionLM:
     cfg = ModelConfig(
         name=name, name_or_path=f"specbench:{name}", kind="diffusion", adapter=adapter
     )
-    return load_diffusion_lm(cfg, "target", CPU, EXACT)
+    return load_diffusion_lm(cfg, "target", CPU, dtype_for(name))
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +153,46 @@ def test_psd_falls_back_to_one_step_per_call_when_every_draft_is_wrong() -> None
     assert set(got.accepted) == {0}
 
 
+class Pairs(Scripted):
+    """A fake whose threshold policy (0.9) commits exactly two tokens per step: the two
+    leftmost masked positions are certain, every other one is unsure (about 0.6, falling from
+    left to right), always with the same greedy token per position."""
+
+    def __init__(self) -> None:
+        super().__init__(drifting=False)
+
+    def _canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+        self.rows.append(canvas.shape[0])
+        logits = torch.full((canvas.shape[0], hi - lo, VOCAB), -10.0)
+        for b in range(canvas.shape[0]):
+            masked = (canvas[b, lo:hi] == MASK).nonzero()[:, 0].tolist()
+            for j in range(hi - lo):
+                token = 1 + j % (VOCAB - 1)
+                logits[b, j, token] = 8.0 if j in masked[:2] else 1.0 - 0.01 * j
+                logits[b, j, 1 + (token % (VOCAB - 1))] = 0.5 if j not in masked[:2] else -10.0
+        return logits
+
+
+def test_psd_drafts_match_a_policy_that_commits_several_tokens_per_step() -> None:
+    """`last` sizes each deeper draft as the policy's step just did (two tokens), so the
+    verifier's step matches it; `replay` adds one token per depth and never matches."""
+    knobs = dict(block_length=8, policy="threshold", threshold=0.9)
+    fake, run = Pairs(), ([5, 6], 16, torch.Generator(), Stop(frozenset()))
+    vanilla = BlockDecoder(fake, DLLMConfig(**knobs)).generate(*run)
+    last = PSDDecoder(fake, PSDConfig(**knobs, depth=3)).generate(*run)
+    replay = PSDDecoder(fake, PSDConfig(**knobs, depth=3, draft_width="replay")).generate(*run)
+    assert (
+        last.tokens
+        == replay.tokens
+        == vanilla.tokens
+        == [1 + j % (VOCAB - 1) for j in range(8)] * 2
+    )
+    assert vanilla.target_calls == 2 * 4 and vanilla.emitted == [2] * 8
+    assert replay.target_calls == vanilla.target_calls and set(replay.accepted) == {0}
+    # per block: the first forward, then one batched forward accepts D_1 .. D_3
+    assert last.target_calls == 2 * 2 and last.accepted == [3, 3] and last.emitted == [2, 6] * 2
+
+
 @pytest.mark.parametrize("depth", [None, 0, 2])
 def test_decoding_stops_once_everything_up_to_a_stop_token_is_committed(depth) -> None:
     fake = Scripted(drifting=False)
@@ -195,6 +235,10 @@ def test_threshold_dynamic_and_localleap_follow_their_definitions() -> None:
     assert chosen(Threshold(0.99).select(conf, masked, 0)) == [1]  # always the most confident
     # ranked 0.95, 0.85, 0.6: needs >= 1 - 1/2, 1 - 1/3, 1 - 1/4 -> the first two pass
     assert chosen(Dynamic(1.0).select(conf, masked, 0)) == [1, 5]
+    # 0.7 passes 1 - 1/3 but not the third position's 1 - 1/4: the bound is f / (i + 1)
+    three = torch.tensor([0.95, 0.85, 0.7, 0.1], dtype=torch.float64)
+    assert chosen(Dynamic(1.0).select(three, torch.ones(4, dtype=torch.bool), 0)) == [0, 1]
+    assert chosen(Dynamic(2.0).select(three, torch.ones(4, dtype=torch.bool), 0)) == [0, 1, 2]
     # anchor 1 (>= 0.9; 3 is committed); within 2 of it and >= 0.4: position 2
     assert chosen(LocalLeap(0.9, 0.4, 2).select(conf, masked, 0)) == [1, 2]
     assert chosen(LocalLeap(0.99, 0.4, 2).select(conf, masked, 0)) == [1]  # no anchor: top-1
@@ -346,15 +390,22 @@ def test_runs_end_to_end_on_diffusion_targets(tmp_path, target, method, extra) -
     records = [json.loads(line) for line in next(tmp_path.rglob("records.jsonl")).open()]
     assert summary["n_samples"] == 3 and len(records) == 3
     cache = "method.prefix_cache=true" in extra
-    assert all(r["approximate_cache"] == cache for r in records)
+    assert all(r["facts"]["approximate_cache"] == cache for r in records)
+    assert summary["approximate_cache"] == cache
+    arms = [r["method"] for r in records]
     assert summary["tpf"] == pytest.approx(
-        sum(r["new_tokens"] for r in records) / sum(r["target_calls"] for r in records)
+        sum(len(a["output_ids"]) for a in arms) / sum(a["target_calls"] for a in arms)
     )
-    assert summary["tokens_per_call"] >= 8
+    assert all(len(a["emitted_per_call"]) == a["target_calls"] for a in arms)
+    assert summary["positions_per_call"] >= 8
     if method in ("psd", "spiffy"):  # lossless against its policy's own decoder
         assert summary["lossless"] and summary["lossless_rate"] == 1.0
+        assert summary["round_unit"] == "steps" and "acceptance_rate" not in summary
+        # and measured, as the papers do, against one token per step
+        one = summary["vs"]["one_token_per_step"]
+        assert one["nfe_reduction"] == pytest.approx(one["nfe"] / summary["nfe_target"])
     else:  # a threshold policy against one token per step: labelled lossy
-        assert not summary["lossless"] and all(r["lossy"] for r in records)
+        assert not summary["lossless"] and not any(r["exact"] for r in records)
 
 
 @pytest.mark.parametrize(

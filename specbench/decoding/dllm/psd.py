@@ -42,14 +42,43 @@ class PSDDecoder(BlockDecoder):
     def drafts(
         self, block: torch.Tensor, scores: tuple, policy: Policy, step: int
     ) -> list[torch.Tensor]:
-        """D_0 .. D_d: the policy's steps replayed on one forward's scores (no model call); a
-        draft without masks ends the chain."""
+        """D_0 .. D_d from one forward's scores (no model call); a draft without masks ends the
+        chain. D_0 is the policy's own step. Each deeper draft adds what the policy would
+        commit at that future step (paper, step 3: n_k tokens), which is known ahead only for a
+        fixed-count policy (quota: replayed on the same scores). A confidence-driven policy's
+        count depends on the confidences the verifier will return, so `draft_width=last`
+        takes n_k = n_0, the count the policy just committed, from the confidence ranking;
+        `replay` replays it on the stale scores instead (after D_0 nothing left clears a
+        threshold, so every deeper draft adds one token)."""
         chain = [block]
+        replay = policy.steps is not None or self.cfg.draft_width == "replay"
+        if not replay:
+            return self.ranked_chain(block, scores, policy, step)
         for k in range(self.depth + 1):
             if not (chain[-1] == self.target.mask_id).any():
                 break
             chain.append(self.policy_step(chain[-1], scores, policy, step + k))
         return chain[1:]
+
+    def ranked_chain(
+        self, block: torch.Tensor, scores: tuple, policy: Policy, step: int
+    ) -> list[torch.Tensor]:
+        """D_0, then D_k = D_{k-1} plus the next n_0 masked positions by confidence, each with
+        its greedy token."""
+        tokens, conf = scores
+        chain = [self.policy_step(block, scores, policy, step)]
+        masked = chain[0] == self.target.mask_id
+        width = max(1, int((chain[0] != block).sum()))
+        order = conf.masked_fill(~masked, float("-inf")).argsort(descending=True, stable=True)
+        order = order[: int(masked.sum())]
+        for k in range(self.depth):
+            where = order[k * width : (k + 1) * width]
+            if len(where) == 0:
+                break
+            draft = chain[-1].clone()
+            draft[where] = tokens[where]
+            chain.append(draft)
+        return chain
 
     def accepted_depth(
         self, chain: list[torch.Tensor], verified: torch.Tensor, policy: Policy, step: int
@@ -96,6 +125,10 @@ class PSDConfig(DLLMConfig):
     name: str = "psd"
     policy: str = "threshold"  # PSD(Confidence), the paper's main variant (threshold 0.9)
     depth: int = 3  # d: drafts D_1 .. D_d per iteration (0 = the policy's decoder); paper: 3
+    # tokens each deeper draft adds under a confidence-driven policy: `last` (as many as the
+    # policy's step just committed) or `replay` (the policy on the stale scores); quota
+    # policies always replay (their counts are known)
+    draft_width: str = "last"
 
 
 OWN_POLICY = "its policy's own decoder, one step per forward (same knobs)"
@@ -133,9 +166,12 @@ class PSD(SpeculativeDLLMMethod):
             raise ConfigError(
                 "method.depth", self.cfg.depth, "must be >= 0 (0 = the policy's decoder)"
             )
+        if self.cfg.draft_width not in ("last", "replay"):
+            raise ConfigError("method.draft_width", self.cfg.draft_width, "allowed: last, replay")
 
     def build(self, target: MaskedDiffusionLM, drafter: None, task: object) -> PSDDecoder:
         return PSDDecoder(target, self.cfg)
 
     def label(self) -> str:
-        return f"{super().label()} d{self.cfg.depth}"
+        width = " replay" if self.cfg.draft_width == "replay" and self.cfg.policy != "quota" else ""
+        return f"{super().label()} d{self.cfg.depth}{width}"

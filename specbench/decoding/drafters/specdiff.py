@@ -23,10 +23,10 @@ The proposal distribution q_i the acceptance test needs (`q_source`, METHODS.md 
 sampler left masked: that token was chosen, not drawn);
 `final_step` - each position's row from one more forward over the finished draft, without the
 SUBS copy-through, at the temperature but untruncated (so every drafted token keeps mass); `onehot` - q is the drafted token itself (accept with probability p(d)).
-With T >= 2 every q is a joint sample's marginal, not the conditional the proof of exactness
-needs, so SpecDiff with rejection sampling is approximate there; with T = 1 and `reveal_step`
-the tokens are independent draws from their rows and it is exact (`SpecDiff.exact`); greedy
-verification is exactly lossless.
+With T >= 2 a `reveal_step` or `final_step` row is a joint sample's marginal, not the
+conditional the proof of exactness needs, so rejection sampling is approximate there; with
+T = 1 and `reveal_step` the tokens are independent draws from their rows, and `onehot` is exact
+for any draft law (`SpecDiff.exact`); greedy verification is exactly lossless.
 """
 
 from __future__ import annotations
@@ -194,12 +194,14 @@ class SpecDiffConfig:
 class SpecDiff(Method):
     """SpecDiff (Christopher et al., NAACL 2025): an MDLM drafts gamma tokens in T steps.
 
-    Exact: greedy verification always; rejection sampling when every drafted token was drawn
-    from the row its proposal names, independently of the other drafted tokens, which holds
-    for T = 1 with `reveal_step` (one denoiser output, independent draws; a position the
-    sampler leaves masked is filled by its argmax and proposed one-hot). For T >= 2 a token
-    revealed at a later step was drawn given tokens to its right, so its row is not the
-    left-to-right conditional the proof needs: labelled lossy."""
+    Exact: greedy verification always. Under rejection sampling, a position's test is exact
+    when its proposal row is the law its token was drawn from given the drafted tokens before
+    it. That holds for T = 1 with `reveal_step` (one denoiser output, independent draws; a
+    position the sampler leaves masked is filled by its argmax and proposed one-hot), and
+    for `onehot` at any T (accept d with p(d), else resample p without d: the output law is
+    p whatever law drew d). For T >= 2 with `reveal_step` or `final_step` a token revealed
+    at a later step was drawn given tokens to its right, so its row is not that conditional:
+    labelled lossy."""
 
     name = "specdiff"
     Config = SpecDiffConfig
@@ -235,8 +237,9 @@ class SpecDiff(Method):
         rule = resolve_rule(self.cfg.rule, self.warp)
         if rule == "greedy":
             return True
-        independent = self.cfg.steps == 1 and self.cfg.q_source == "reveal_step"
-        return is_lossless(self.cfg.rule, self.warp) and independent
+        q = self.cfg.q_source
+        exact_q = q == "onehot" or (q == "reveal_step" and self.cfg.steps == 1)
+        return is_lossless(self.cfg.rule, self.warp) and exact_q
 
     def cost_model(self, decoder: SpeculativeDecoder, prompt_ids: list[int], summary: dict) -> dict:
         return cost.speculative(decoder, prompt_ids, summary)
