@@ -12,8 +12,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from specbench import paths
-from specbench.decoding.drafters.ar import SpSConfig
-from specbench.decoding.drafters.ar import build as build_sps
+from specbench.decoding.drafters.ar import SpS, SpSConfig
 from specbench.decoding.generation import Generation
 from specbench.decoding.speculative import SpeculativeDecoder
 from specbench.decoding.warp import Warp
@@ -152,7 +151,7 @@ def describe(args: argparse.Namespace) -> str:
 
 def sps_decoder(target: CausalLM, drafter: CausalLM, gamma: int) -> SpeculativeDecoder:
     """Greedy SpS with a constant draft length, built exactly as `method=sps` builds it."""
-    return build_sps(SpSConfig(gamma=gamma, rule="greedy"), target, drafter, Warp())
+    return SpS(SpSConfig(gamma=gamma, rule="greedy"), Warp()).build(target, drafter, None)
 
 
 def acceptance(gens: Sequence[Generation]) -> float:

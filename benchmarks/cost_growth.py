@@ -19,7 +19,7 @@ from transformers import AutoTokenizer
 from specbench import paths
 from specbench.config import ModelConfig
 from specbench.decoding.autoregressive import AutoregressiveDecoder
-from specbench.decoding.drafters.ar import SpSConfig, build
+from specbench.decoding.drafters.ar import SpS, SpSConfig
 from specbench.decoding.warp import Warp
 from specbench.models.loading import load_causal_lm
 
@@ -57,7 +57,7 @@ def main() -> None:
     ms_per_token(ar, prompts[:1], 16)  # warm-up
 
     def row(label: str, max_new: int, gamma: int) -> None:
-        sps = build(SpSConfig(gamma=gamma), target, drafter, Warp())
+        sps = SpS(SpSConfig(gamma=gamma), Warp()).build(target, drafter, None)
         ar_ms, sps_ms = [], []
         for prompt in prompts:  # interleaved per prompt
             ar_ms.append(ms_per_token(ar, [prompt], max_new))

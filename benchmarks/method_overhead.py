@@ -21,13 +21,11 @@ import time
 
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from specbench import paths
 from specbench.metrics.speed import synchronize
-from specbench.models import loading
 from specbench.registry import discover
-from specbench.run import prepare
+from specbench.run import load_models, prepare
 
 DLM = ["target=tiny-dlm", "drafter=none", "method.prefix_cache=true"]
 CELLS = {
@@ -71,13 +69,8 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict:
     ]
     with initialize_config_dir(str(paths.CONF_DIR), version_base="1.3"):
         plan = prepare(compose("config", overrides=overrides))
-    cfg = OmegaConf.create(plan.config)
-    load = {"causal": loading.load_causal_lm, "diffusion": loading.load_diffusion_lm}
-    target = load[cfg.target.kind](cfg.target, "target", plan.device, cfg.run.dtype)
-    drafter = None
-    if plan.method.needs_drafter:
-        drafter = load[cfg.drafter.kind](cfg.drafter, "drafter", plan.device, cfg.run.dtype)
-    decoder = plan.method.build(cfg.method, target, drafter, plan.warp)
+    target, drafter = load_models(plan)
+    decoder = plan.method.build(target, drafter, plan.task)
     clock = {"model_s": 0.0}
     for model in filter(None, (target, drafter)):
         time_calls(model, clock, plan.device)

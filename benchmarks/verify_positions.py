@@ -20,7 +20,7 @@ from transformers import AutoTokenizer
 from specbench import paths
 from specbench.config import ModelConfig
 from specbench.decoding.dllm.psd import PSDConfig, PSDDecoder
-from specbench.decoding.dllm.spiffy import SpiffyConfig, SpiffyDecoder, graph_for
+from specbench.decoding.dllm.spiffy import SpiffyConfig, SpiffyDecoder, calibrate
 from specbench.decoding.generation import Stop
 from specbench.models.loading import load_diffusion_lm
 
@@ -55,17 +55,21 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")
     rows = [json.loads(line) for line in (paths.TINY_DIR / "tiny_code.jsonl").open()]
     prompts = [tokenizer(r["prompt"])["input_ids"] for r in rows[: args.prompts]]
+    calibration = [tokenizer(r["prompt"])["input_ids"] for r in rows[-8:]]  # never measured
     canvas = sum(len(p) + NEW_TOKENS for p in prompts) / len(prompts)
     print(f"random-llada, {len(prompts)} prompts, mean canvas {canvas:.0f} positions")
     print(f"{'decoder':<12} {'cache':<22} {'positions/call':>15} {'calls':>7}")
     for cache_name, cache in CACHES.items():
         for depth in (1, 3, 7):
-            decoder = PSDDecoder(target, PSDConfig(block_length=BLOCK, policy="quota", depth=depth, **cache))
+            decoder = PSDDecoder(
+                target, PSDConfig(block_length=BLOCK, policy="quota", depth=depth, **cache)
+            )
             ppc, calls = per_call(decoder, target, prompts)
             print(f"{f'PSD d={depth}':<12} {cache_name:<22} {ppc:>15.0f} {calls:>7.1f}")
         for nodes in (5, 10):
             spiffy = SpiffyConfig(block_length=BLOCK, nodes=nodes, calibration_samples=8, **cache)
-            decoder = SpiffyDecoder(target, spiffy, graph_for(spiffy, target, tokenizer))
+            graph = calibrate(target, spiffy, calibration)
+            decoder = SpiffyDecoder(target, spiffy, graph)
             ppc, calls = per_call(decoder, target, prompts)
             print(f"{f'Spiffy D={nodes}':<12} {cache_name:<22} {ppc:>15.0f} {calls:>7.1f}")
 

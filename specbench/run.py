@@ -1,4 +1,7 @@
-"""The Hydra entry point: compose -> validate (no weights) -> load -> evaluate -> summarise."""
+"""The Hydra entry point, one stage per function: compose -> typed config (once) -> `validate`
+(pure) -> `check_models` (checkpoint configs, tokenizers) -> `load_samples` -> `fit_context` ->
+open the store -> `load_models` -> `evaluate` -> `summarise`. No weight loads before the store
+is open, so every bad input fails in one line first."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedModel
 
 from conftest import compose_cfg
 from specbench.errors import ConfigError
@@ -17,10 +17,15 @@ from specbench.run import check_group_choices, prepare
 
 @pytest.fixture(autouse=True)
 def no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every way a model is loaded fails the test: both loaders and transformers' own
+    `from_pretrained` (what every Auto class and native class ends in)."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("weights were loaded before validation finished")
 
-    monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", refuse)
+    monkeypatch.setattr(loading, "load_causal_lm", refuse)
+    monkeypatch.setattr(loading, "load_diffusion_lm", refuse)
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(refuse))
 
 
 RANDOM = ["target=random-gpt2", "drafter=random-gpt2-draft", "task=prompts"]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import builtin
 from specbench.decoding.autoregressive import AutoregressiveDecoder
-from specbench.decoding.drafters.ar import SpSConfig, build, common_prefix_len
+from specbench.decoding.drafters.ar import SpS, SpSConfig, common_prefix_len
 from specbench.decoding.speculative import SpeculativeDecoder
 from specbench.decoding.warp import Warp
 from specbench.models.causal import CausalLM
@@ -26,7 +27,9 @@ def sps(
     warp: Warp | None = None,
 ) -> SpeculativeDecoder:
     """Built exactly as `method=sps` builds it (rule auto: greedy at T=0, rejection above)."""
-    return build(SpSConfig(gamma=gamma, schedule=schedule), target, drafter, warp or Warp())
+    return SpS(SpSConfig(gamma=gamma, schedule=schedule), warp or Warp()).build(
+        target, drafter, None
+    )
 
 
 def test_logits_after_rollback_and_extend_equal_a_fresh_forward(target: CausalLM) -> None:
@@ -100,6 +103,16 @@ def test_max_new_tokens_is_exact_and_counters_add_up(target: CausalLM, drafter: 
         assert len(gen.tokens) == max_new
         assert gen.drafter_calls == sum(gen.draft_lengths)
         assert len(gen.tokens) <= sum(gen.accepted) + len(gen.accepted)
+
+
+def test_a_fully_accepted_last_round_stops_at_max_new_tokens(target: CausalLM) -> None:
+    """The target drafting for itself: every draft is accepted, so the last round's budget
+    alone keeps the output at max_new_tokens."""
+    twin = builtin("random-gpt2")
+    for max_new in (1, 2, 5, 6, 9, 13):
+        gen = sps(target, twin, 4).generate(random_prompts(1)[0], max_new, torch.Generator())
+        assert gen.accepted == gen.draft_lengths  # nothing rejected
+        assert len(gen.tokens) == max_new
 
 
 def test_sampling_is_reproducible_with_the_same_seed(target: CausalLM, drafter: CausalLM) -> None:

@@ -9,6 +9,7 @@ import random
 from dataclasses import asdict
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -17,7 +18,7 @@ from specbench.decoding.warp import Warp
 from specbench.metrics.summary import summarize
 from specbench.registry import METHODS, discover
 from specbench.report import figures, leaderboard
-from specbench.report.load import load_runs
+from specbench.report.load import higher_is_better, load_runs
 from specbench.report.pareto import pareto_front
 from specbench.results.record import Record
 from specbench.results.store import config_hash
@@ -82,6 +83,7 @@ def write_run(root: Path, cell: dict, records: list[dict], task: str = "tiny_cod
         "drafter": drafter,
         "task": task,
         "lossless": method.exact(),
+        "lossless_wrt": method.lossless_wrt(),
         "env": "fixture machine",
         **summarize([Record.from_json(r) for r in records], True, cls.round_unit),
     }
@@ -178,13 +180,59 @@ def fixture_runs(root: Path) -> None:
                 write_run(root, cell, recs, spec["task"])
 
 
+def read_fronts(path: Path) -> dict[str, set[str]]:
+    fronts: dict[str, set[str]] = {}
+    for line in path.read_text().splitlines():
+        if line.startswith("### "):
+            group = fronts.setdefault(line[4:], set())
+        elif line.startswith("| ") and not line.startswith("| cell |"):
+            group.add(line.split(" | ")[0][2:])
+    return fronts
+
+
+def undominated(cells: pd.DataFrame, speed: str, quality: str, higher: bool) -> set[str]:
+    """The front by its definition, pair by pair."""
+    sign = 1 if higher else -1
+    rows = [(r["cell"], r[speed], sign * r[quality]) for _, r in cells.iterrows()]
+    return {
+        c
+        for c, x, y in rows
+        if not any(ox >= x and oy >= y and (ox > x or oy > y) for _, ox, oy in rows)
+    }
+
+
 def test_every_experiment_spec_rebuilds_from_fixture_runs(tmp_path: Path) -> None:
+    """Tables hold the runs' own values, fronts are the undominated cells, figures are drawn,
+    and the headline table replaces only the README's headline block."""
     fixture_runs(tmp_path / "results")
-    written = figures.build_all(tmp_path / "results", tmp_path / "figures")
-    for spec in figures.specs():
-        assert (tmp_path / "figures" / f"{spec['name']}.png").stat().st_size > 10_000
-        assert (tmp_path / "figures" / f"{spec['name']}.pdf").exists()
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- headline:start -->\nSTALE TABLE\n<!-- headline:end -->\nrest\n")
+    written = figures.build_all(tmp_path / "results", tmp_path / "figures", readme=readme)
     assert all(p.exists() for p in written)
+    runs = load_runs(tmp_path / "results")
+    for spec in figures.specs():
+        cells = pd.concat(
+            [figures.select(runs, c) for e in spec["cells"] for c in figures.expand(e)]
+        ).drop_duplicates("run_id")  # one config asked for by two experiments
+        out = tmp_path / "figures" / spec["name"]
+        if spec["kind"] == "headline":
+            table = out.with_suffix(".md").read_text()
+            for _, row in cells.iterrows():
+                assert f"| {row['cell']} | {row['speedup']:.2f} |" in table
+            text = readme.read_text()
+            assert text.startswith("intro\n") and text.endswith("<!-- headline:end -->\nrest\n")
+            assert table in text and "STALE TABLE" not in text
+            continue
+        assert out.with_suffix(".png").stat().st_size > 10_000 and out.with_suffix(".pdf").exists()
+        if spec["kind"] != "pareto":
+            csv = pd.read_csv(out.with_suffix(".csv"), index_col=0)
+            for _, row in cells.iterrows():
+                assert csv.loc[row["cell"], spec["speed"]] == pytest.approx(row[spec["speed"]])
+        groups = spec.get("groups") or {"cells": {}}
+        higher = higher_is_better(spec["task"])[spec["quality"]]
+        for name, found in read_fronts(out.with_name(f"{spec['name']}-front.md")).items():
+            group = figures.select(cells, groups[name])
+            assert found == undominated(group, spec["speed"], f"quality.{spec['quality']}", higher)
 
 
 def test_missing_cells_are_named_with_the_command_that_makes_them(tmp_path: Path) -> None:

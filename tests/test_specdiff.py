@@ -23,7 +23,7 @@ from conftest import builtin, tiny_dlm
 from specbench import paths
 from specbench.config import ModelConfig
 from specbench.decoding.autoregressive import AutoregressiveDecoder
-from specbench.decoding.drafters.specdiff import SpecDiffConfig, SpecDiffDrafter, build
+from specbench.decoding.drafters.specdiff import SpecDiff, SpecDiffConfig, SpecDiffDrafter
 from specbench.decoding.warp import Warp
 from specbench.models.diffusion import MaskedDiffusionLM, MDLMDiffusionLM
 from specbench.models.loading import load_diffusion_lm
@@ -44,7 +44,7 @@ def prompts() -> list[list[int]]:
 @pytest.mark.parametrize(("gamma", "steps"), [(5, 1), (10, 4), (20, 8)])
 def test_greedy_specdiff_equals_the_targets_greedy_output(prompts, gamma, steps) -> None:
     target, dlm = builtin("tiny"), tiny_dlm()
-    method = build(SpecDiffConfig(gamma=gamma, steps=steps), target, dlm, Warp())
+    method = SpecDiff(SpecDiffConfig(gamma=gamma, steps=steps), Warp()).build(target, dlm, None)
     baseline = AutoregressiveDecoder(target, Warp())
     accepted = 0
     for i, prompt in enumerate(prompts[:50]):
@@ -155,7 +155,7 @@ def test_the_mdlm_adapter_drives_an_mdlm_shaped_model(tmp_path, target) -> None:
     dlm = load_diffusion_lm(cfg, "drafter", CPU, "float32")
     assert (dlm.mask_id, dlm.context, dlm.vocab_size) == (50257, 64, 50258)
     prompt = list(range(100, 160))  # 60 tokens: the drafter must left-truncate to fit 64
-    method = build(SpecDiffConfig(gamma=8, steps=2), target, dlm, Warp())
+    method = SpecDiff(SpecDiffConfig(gamma=8, steps=2), Warp()).build(target, dlm, None)
     got = method.generate(prompt, 12, torch.Generator().manual_seed(0))
     assert (
         got.tokens

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from specbench.errors import ConfigError
+from specbench.results.record import Arm, Record
 from specbench.results.store import RunStore, config_hash, read_records
 
 
@@ -33,16 +34,30 @@ def test_a_corrupt_line_before_the_end_is_an_error(tmp_path: Path) -> None:
         read_records(path)
 
 
+def record(sample_id: str) -> Record:
+    arm = Arm([7, 8], 0.5, 0.1, 2, 2, [1, 1], "text", {"nll": 1.0})
+    return Record(id=sample_id, meta={}, prompt_tokens=3, method=arm, baseline=arm)
+
+
 def test_reopening_resumes_and_appends(tmp_path: Path) -> None:
     store = RunStore.open(config(tmp_path), "run")
-    store.append({"id": "a"})
+    store.append(record("a"))
     store.close()
     again = RunStore.open(config(tmp_path, limit=50), "run")  # limit is not part of the identity
-    assert again.done == {"a"}
-    again.append({"id": "b"})
+    assert again.done == {"a"} and again.records == [record("a")]  # read back as written
+    again.append(record("b"))
     again.close()
     lines = (tmp_path / "adhoc" / "run" / "records.jsonl").read_text().splitlines()
     assert [json.loads(line)["id"] for line in lines] == ["a", "b"]
+
+
+def test_records_of_another_schema_are_refused_in_one_line(tmp_path: Path) -> None:
+    store = RunStore.open(config(tmp_path), "run")
+    store.close()
+    (store.run_dir / "records.jsonl").write_text(json.dumps({"id": "a", "new_tokens": 3}) + "\n")
+    with pytest.raises(ConfigError) as err:
+        RunStore.open(config(tmp_path), "run")
+    assert "not a schema-2 specbench record" in str(err.value) and "\n" not in str(err.value)
 
 
 def test_a_run_directory_of_another_config_is_refused(tmp_path: Path) -> None:
@@ -75,9 +90,9 @@ def test_a_stored_config_names_no_directory_of_this_machine(tmp_path: Path) -> N
     )
     text = (plan.store.run_dir / "config.yaml").read_text()
     assert str(paths.REPO_ROOT) not in text and str(paths.data_dir()) not in text
-    assert plan.config["task"]["source"] == "${data:spec_bench/question.jsonl}"
-    assert plan.config["target"]["name_or_path"] == "specbench:tiny"
-    reloaded = OmegaConf.create(plan.config)
+    assert plan.identity["task"]["source"] == "${data:spec_bench/question.jsonl}"
+    assert plan.identity["target"]["name_or_path"] == "specbench:tiny"
+    reloaded = OmegaConf.create(plan.identity)
     assert reloaded.task.source == str(paths.data_dir() / "spec_bench/question.jsonl")
     tiny = prepare(compose_cfg(f"run.results_dir={tmp_path}"))
-    assert tiny.config["task"]["path"] == "${tiny:tiny_code.jsonl}"
+    assert tiny.identity["task"]["source"] == "${tiny:tiny_code.jsonl}"

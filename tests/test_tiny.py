@@ -12,7 +12,7 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 from conftest import builtin, compose_cfg
 from specbench import paths
 from specbench.decoding.autoregressive import AutoregressiveDecoder
-from specbench.decoding.drafters.ar import SpSConfig, build
+from specbench.decoding.drafters.ar import SpS, SpSConfig
 from specbench.decoding.generation import Stop
 from specbench.decoding.warp import Warp
 from specbench.models.tiny import corpus
@@ -76,7 +76,7 @@ def test_greedy_sps_on_the_tiny_world_is_lossless(tokenizer) -> None:
     target, drafter = builtin("tiny"), builtin("tiny-ar")
     baseline, method = (
         AutoregressiveDecoder(target, Warp()),
-        build(SpSConfig(gamma=4), target, drafter, Warp()),
+        SpS(SpSConfig(gamma=4), Warp()).build(target, drafter, None),
     )
     rows = [
         json.loads(line) for line in (paths.TINY_DIR / "tiny_code.jsonl").read_text().splitlines()
@@ -151,7 +151,7 @@ def test_an_ar_initialised_dlm_drafts_its_first_position_as_the_ar_model_predict
 def test_stop_strings_end_sps_exactly_where_plain_decoding_ends(tokenizer) -> None:
     target, drafter = builtin("tiny"), builtin("tiny-ar")
     baseline = AutoregressiveDecoder(target, Warp())
-    method = build(SpSConfig(gamma=4), target, drafter, Warp())
+    method = SpS(SpSConfig(gamma=4), Warp()).build(target, drafter, None)
     stop = Stop(frozenset(target.eos_token_ids), ("\n\n", "return"), decode=tokenizer.decode)
     rows = [
         json.loads(line) for line in (paths.TINY_DIR / "tiny_code.jsonl").read_text().splitlines()
@@ -179,7 +179,7 @@ def test_a_multi_turn_task_runs_end_to_end_with_categories(tmp_path) -> None:
     assert [s.meta["category"] for s in plan.samples] == ["mt_bench"] * 3
     summary = execute(plan)
     records = plan.store.records
-    assert all(isinstance(r["text"], list) and len(r["text"]) == 2 for r in records)
-    assert all(r["first_divergence"] is None for r in records)  # greedy SpS: lossless, both turns
-    assert all(r["baseline"]["text"] == r["text"] for r in records)
+    assert all(isinstance(r.method.text, list) and len(r.method.text) == 2 for r in records)
+    assert all(r.first_divergence is None for r in records)  # greedy SpS: lossless, both turns
+    assert all(r.baseline.text == r.method.text for r in records)
     assert summary["by_category"]["mt_bench"]["n_samples"] == 3

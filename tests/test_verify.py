@@ -131,6 +131,7 @@ def test_threshold_rules_accept_what_they_promise() -> None:
     assert floor(0.2)(p_logits, None, draft, Warp(), g) == (1, 0)  # 0.15 < 0.2 stops at 2
     assert floor(0.1)(p_logits, None, draft, Warp(), g) == (3, 0)  # all pass; bonus = argmax
     assert top_k(2)(p_logits, None, draft, Warp(), g) == (1, 0)  # token 3 is 4th in row 2
+    assert top_k(3)(p_logits, None, draft, Warp(), g) == (1, 0)  # rank k + 1 is refused
     assert top_k(4)(p_logits, None, draft, Warp(), g) == (3, 0)
     greedy_draft = [0, 1, 0]  # row 2's argmax is 0 and 1 (a tie): both are top-1
     assert top_k(1)(p_logits, None, greedy_draft, Warp(), g)[0] == 3

@@ -1,8 +1,9 @@
 """`specbench-report`: leaderboards, Pareto plots and every experiments/ figure, from results.
 
-specbench-report leaderboard --results results --out results/tables
+specbench-report --results results --out results/tables leaderboard
 specbench-report pareto --task tiny_code --quality nll
-specbench-report figures                # every spec in experiments/ (also `make figures`)
+specbench-report figures                # every spec in experiments/ and the README's headline
+                                        # table (also `make figures`)
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from specbench import paths
 from specbench.report import figures, leaderboard, pareto
 from specbench.report.load import higher_is_better, load_runs
 
@@ -43,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     if args.command == "figures":
         try:
-            written = figures.build_all(Path(args.results), out, Path(args.specs))
+            readme = paths.REPO_ROOT / "README.md"
+            written = figures.build_all(Path(args.results), out, Path(args.specs), readme)
         except figures.MissingCells as err:
             print(f"specbench-report: {err}", file=sys.stderr)
             return 2

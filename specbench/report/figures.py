@@ -1,7 +1,8 @@
 """Every figure and table in experiments/ rebuilt from stored runs, without running a model.
 
-A spec (experiments/<name>.yaml) names its kind (`leaderboard`, `pareto`, `frontier`), its task
-and axes, the cells it needs (each entry a filter; list values expand into a grid) and the
+A spec (experiments/<name>.yaml) names its kind (`leaderboard`, `pareto`, `frontier`, or
+`headline`: the README's table, written between its `<!-- headline:start/end -->` markers), its
+task and axes, the cells it needs (each entry a filter; list values expand into a grid) and the
 commands that produce them. A missing cell fails the whole command with the cells and those
 commands, so a figure is never drawn from part of its data.
 """
@@ -67,6 +68,8 @@ def build(spec: dict, runs: pd.DataFrame, out: Path) -> list[Path]:
     quality = f"quality.{spec['quality']}"
     higher = higher_is_better(spec["task"]).get(spec["quality"], True)
     target = out / spec["name"]
+    if spec["kind"] == "headline":
+        return [headline(spec, cells, out)]
     if spec["kind"] == "leaderboard":
         written = leaderboard.write(cells, out, spec["name"])
         groups = {"cells": cells}
@@ -78,14 +81,55 @@ def build(spec: dict, runs: pd.DataFrame, out: Path) -> list[Path]:
     return written + pareto.plot(groups, spec["speed"], quality, higher, spec["name"], target)
 
 
+def headline(spec: dict, cells: pd.DataFrame, out: Path) -> Path:
+    """One row per cell in the spec's order: its display name, each column, and its quality
+    with what it is lossless with respect to (or lossy)."""
+    quality = f"quality.{spec['quality']}"
+    header = ["cell", *spec["columns"].values(), f"{spec['quality']} (baseline)", "lossless"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for entry in spec["cells"]:
+        row = select(cells, entry).iloc[0]
+        values = ["-" if pd.isna(row.get(c)) else f"{row[c]:.2f}" for c in spec["columns"]]
+        base = row.get(f"baseline.{spec['quality']}")
+        claim = (
+            f"yes, w.r.t. {row.get('lossless_wrt') or 'its baseline'}" if row["lossless"] else "no"
+        )
+        lines.append(
+            f"| {row['cell']} | "
+            + " | ".join(values)
+            + f" | {row[quality]:.3f} ({base:.3f}) | {claim} |"
+        )
+    path = out / f"{spec['name']}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def update_readme(readme: Path, table: Path) -> None:
+    """Replace the README's headline block with the table (nothing else in the README moves)."""
+    text = readme.read_text()
+    start, end = "<!-- headline:start -->\n", "<!-- headline:end -->"
+    head, _, rest = text.partition(start)
+    _, _, tail = rest.partition(end)
+    readme.write_text(head + start + table.read_text() + end + tail)
+
+
 def specs(directory: Path = EXPERIMENTS) -> list[dict]:
     return [yaml.safe_load(p.read_text()) for p in sorted(directory.glob("*.yaml"))]
 
 
-def build_all(results: Path, out: Path, directory: Path = EXPERIMENTS) -> list[Path]:
-    """Every spec; all missing cells are reported together before anything is drawn."""
+def build_all(
+    results: Path, out: Path, directory: Path = EXPERIMENTS, readme: Path | None = None
+) -> list[Path]:
+    """Every spec; all missing cells are reported together before anything is drawn. With
+    `readme`, a headline spec's table also replaces the README's headline block."""
     runs, all_specs = load_runs(results), specs(directory)
     problems = [message for spec in all_specs if (message := missing_report(runs, spec))]
     if problems:
         raise MissingCells("\n".join(problems))
-    return [path for spec in all_specs for path in build(spec, runs, out)]
+    written = [path for spec in all_specs for path in build(spec, runs, out)]
+    if readme is not None:
+        for spec in all_specs:
+            if spec["kind"] == "headline":
+                update_readme(readme, out / f"{spec['name']}.md")
+    return written

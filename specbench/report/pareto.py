@@ -34,6 +34,25 @@ def pareto_front(
     return sorted(front, key=lambda i: points[i][0])
 
 
+def front(frame: pd.DataFrame, speed: str, quality: str, quality_higher: bool) -> pd.DataFrame:
+    """The group's non-dominated cells, by speed."""
+    frame = frame.dropna(subset=[speed, quality])
+    points = list(zip(frame[speed], frame[quality]))
+    return frame.iloc[pareto_front(points, (True, quality_higher))]
+
+
+def fronts_markdown(fronts: dict[str, pd.DataFrame], speed: str, quality: str) -> str:
+    """Each group's front as a list a reader (and a test) can check against the figure."""
+    lines = []
+    for name, cells in fronts.items():
+        lines += [f"### {name}", "", f"| cell | {speed} | {quality} |", "|---|---|---|"]
+        lines += [
+            f"| {r['cell']} | {r[speed]:.4g} | {r[quality]:.4g} |" for _, r in cells.iterrows()
+        ]
+        lines.append("")
+    return "\n".join(lines)
+
+
 def plot(
     groups: dict[str, pd.DataFrame],
     speed: str,
@@ -43,8 +62,9 @@ def plot(
     out: Path,
 ) -> list[Path]:
     """Each group (e.g. "joint", "single-step exact") is drawn with its own front; markers
-    are each method's own."""
+    are each method's own. The fronts are also written as `<out>-front.md`."""
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fronts: dict[str, pd.DataFrame] = {}
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for colour, (name, frame) in zip(colours, groups.items()):
         frame = frame.dropna(subset=[speed, quality])
@@ -57,11 +77,10 @@ def plot(
                 alpha=0.55,
                 label=f"{name}: {method}",
             )
-        points = list(zip(frame[speed], frame[quality]))
-        front = frame.iloc[pareto_front(points, (True, quality_higher))]
+        best = fronts[name] = front(frame, speed, quality, quality_higher)
         ax.plot(
-            front[speed],
-            front[quality],
+            best[speed],
+            best[quality],
             color=colour,
             linewidth=2,
             marker="o",
@@ -69,7 +88,7 @@ def plot(
             markerfacecolor="none",
             label=f"{name}: front",
         )
-        for _, row in front.iterrows():
+        for _, row in best.iterrows():
             ax.annotate(row["cell"], (row[speed], row[quality]), fontsize=6, alpha=0.8)
     ax.set_xlabel(speed)
     ax.set_ylabel(f"{quality} ({'higher' if quality_higher else 'lower'} is better)")
@@ -77,9 +96,11 @@ def plot(
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     out.parent.mkdir(parents=True, exist_ok=True)
+    listing = out.with_name(f"{out.name}-front.md")
+    listing.write_text(fronts_markdown(fronts, speed, quality))
     paths = [out.with_suffix(".png"), out.with_suffix(".pdf")]
     for path in paths:  # no creation date: a rebuilt figure from the same runs is the same file
         metadata = {"CreationDate": None} if path.suffix == ".pdf" else {}
         fig.savefig(path, dpi=150, bbox_inches="tight", metadata=metadata)
     plt.close(fig)
-    return paths
+    return [*paths, listing]

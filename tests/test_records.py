@@ -1,0 +1,40 @@
+"""A run's records: the losslessness check separates a tie flip from a real divergence by the
+baseline target's own top-2 logit gap where the outputs part."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import builtin, compose_cfg
+from specbench.results.record import tie_tolerance
+from specbench.run import execute, prepare
+
+
+def test_a_divergence_carries_the_baseline_targets_top2_gap_there(tmp_path) -> None:
+    """SpS with top-3 acceptance (lossy) leaves the target's greedy output; each record names
+    where, the gap a fresh forward of the baseline's prefix gives there, and whether that gap
+    is a tie (it is not: random-gpt2's top-2 logits are far apart at these points)."""
+    cfg = compose_cfg(
+        "target=random-gpt2",
+        "drafter=random-gpt2-draft",
+        "task=prompts",
+        "method.rule=topk",
+        "method.leniency=3",
+        "run.limit=4",
+        "run.max_new_tokens=24",
+        f"run.results_dir={tmp_path}",
+    )
+    plan = prepare(cfg)
+    summary = execute(plan)
+    assert not summary["lossless"] and summary["lossless_wrt"] is None
+    diverged = [r for r in plan.store.records if r.first_divergence is not None]
+    assert diverged and summary["lossless_rate"] == 1 - len(diverged) / 4
+    target = builtin("random-gpt2")
+    for r in diverged:
+        prefix = plan.prompt_ids[r.id] + r.baseline.output_ids[: r.first_divergence]
+        top = target.prefill(prefix).topk(2).values
+        assert r.baseline.output_ids[r.first_divergence] == int(target.prefill(prefix).argmax())
+        assert r.divergence_gap == pytest.approx(float(top[0] - top[1]), abs=1e-4)  # fp64 copy
+        assert r.tie_flip is (r.divergence_gap <= tie_tolerance(torch.float32, float(top[0])))
+    assert summary["tie_flip_rate"] == sum(bool(r.tie_flip) for r in diverged) / 4
