@@ -168,10 +168,6 @@ def validate(config: Config) -> Method:
                 f"method {method.name} needs a {method.drafter_kind} drafter",
             )
         _check_model(config.drafter, "drafter")
-    else:
-        config.drafter = ModelConfig(
-            name="none", name_or_path=None, kind="none"
-        )  # not its identity
     if config.logging.wandb.mode not in ("offline", "online", "disabled"):
         raise ConfigError(
             "logging.wandb.mode", config.logging.wandb.mode, "allowed: offline, online, disabled"
@@ -273,6 +269,8 @@ def prepare(cfg: DictConfig) -> Plan:
     discover()
     config: Config = OmegaConf.to_object(cfg)
     method = validate(config)
+    if method.drafter_kind is None:  # a drafter the method does not take is not its identity
+        config.drafter = ModelConfig(name="none", name_or_path=None, kind="none")
     tokenizer, contexts = check_models(config, method)
     task, samples, max_new = load_samples(config)
     method.check_task(task, samples)

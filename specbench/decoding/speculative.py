@@ -9,6 +9,8 @@ import torch
 from specbench.decoding.generation import Draft, Generation, Stop
 from specbench.decoding.verify import AcceptanceRule
 from specbench.decoding.warp import Warp
+from specbench.method import Method
+from specbench.metrics import cost
 from specbench.metrics.speed import Stopwatch
 from specbench.models.causal import CausalLM
 
@@ -118,3 +120,13 @@ class SpeculativeDecoder:
             positions=target.positions - positions,
             emitted=emitted,
         )
+
+
+class DraftVerifyMethod(Method):
+    """A method on the draft-verify loop above: a drafter proposes tokens, the AR target
+    verifies them, so rounds count drafted tokens and the cost model is Leviathan et al.'s."""
+
+    round_unit = "tokens"
+
+    def cost_model(self, decoder: SpeculativeDecoder, prompt_ids: list[int], summary: dict) -> dict:
+        return cost.speculative(decoder, prompt_ids, summary)

@@ -8,12 +8,10 @@ from dataclasses import dataclass
 import torch
 
 from specbench.decoding.generation import Draft
-from specbench.decoding.speculative import GammaSchedule, SpeculativeDecoder
+from specbench.decoding.speculative import DraftVerifyMethod, GammaSchedule, SpeculativeDecoder
 from specbench.decoding.verify import check_rule, is_lossless, make_rule, resolve_rule
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
-from specbench.method import Method
-from specbench.metrics import cost
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
 from specbench.registry import METHODS
@@ -100,7 +98,7 @@ def rule_label(rule: str, leniency: float, warp: Warp) -> list[str]:
 
 
 @METHODS.register
-class SpS(Method):
+class SpS(DraftVerifyMethod):
     """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023): a small causal LM drafts
     gamma tokens, the target verifies them in one forward."""
 
@@ -108,7 +106,6 @@ class SpS(Method):
     Config = SpSConfig
     drafter_kind = "causal"
     marker = "o"
-    round_unit = "tokens"
 
     def check(self) -> None:
         cfg = self.cfg
@@ -130,9 +127,6 @@ class SpS(Method):
 
     def exact(self) -> bool:
         return is_lossless(self.cfg.rule, self.warp)
-
-    def cost_model(self, decoder: SpeculativeDecoder, prompt_ids: list[int], summary: dict) -> dict:
-        return cost.speculative(decoder, prompt_ids, summary)
 
     def label(self) -> str:
         schedule = [] if self.cfg.schedule == "constant" else [self.cfg.schedule]

@@ -22,11 +22,9 @@ import torch
 from specbench.decoding.drafters.specdiff import real_token_logits
 from specbench.decoding.generation import Draft
 from specbench.decoding.ngram import NgramLM, cached_ngram
-from specbench.decoding.speculative import SpeculativeDecoder
+from specbench.decoding.speculative import DraftVerifyMethod, SpeculativeDecoder
 from specbench.decoding.verify import greedy
 from specbench.errors import ConfigError
-from specbench.method import Method
-from specbench.metrics import cost
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
 from specbench.models.diffusion import MaskedDiffusionLM
@@ -220,7 +218,7 @@ def corpus_texts(cfg: DiffuSpecConfig, task: Task) -> list[str]:
 
 
 @METHODS.register
-class DiffuSpec(Method):
+class DiffuSpec(DraftVerifyMethod):
     """DiffuSpec (Li et al. 2025): one-pass diffusion drafts, CPS and ADL; greedy verification,
     so exactly the target's greedy output."""
 
@@ -228,7 +226,6 @@ class DiffuSpec(Method):
     Config = DiffuSpecConfig
     drafter_kind = "diffusion"
     marker = "v"
-    round_unit = "tokens"
 
     def check(self) -> None:
         cfg, warp = self.cfg, self.warp
@@ -287,9 +284,6 @@ class DiffuSpec(Method):
         eos = set(target.eos_token_ids)
         drafter_ = DiffuSpecDrafter(drafter, ngram, cfg, eos, target.vocab_size)
         return SpeculativeDecoder(target, drafter_, greedy, self.warp, schedule)
-
-    def cost_model(self, decoder: SpeculativeDecoder, prompt_ids: list[int], summary: dict) -> dict:
-        return cost.speculative(decoder, prompt_ids, summary)
 
     def label(self) -> str:
         cfg = self.cfg

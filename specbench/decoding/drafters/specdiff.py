@@ -38,12 +38,10 @@ import torch
 
 from specbench.decoding.drafters.ar import fit_vocab, rule_label
 from specbench.decoding.generation import Draft
-from specbench.decoding.speculative import GammaSchedule, SpeculativeDecoder
+from specbench.decoding.speculative import DraftVerifyMethod, GammaSchedule, SpeculativeDecoder
 from specbench.decoding.verify import check_rule, is_lossless, make_rule, resolve_rule
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
-from specbench.method import Method
-from specbench.metrics import cost
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
 from specbench.models.diffusion import MaskedDiffusionLM
@@ -191,7 +189,7 @@ class SpecDiffConfig:
 
 
 @METHODS.register
-class SpecDiff(Method):
+class SpecDiff(DraftVerifyMethod):
     """SpecDiff (Christopher et al., NAACL 2025): an MDLM drafts gamma tokens in T steps.
 
     Exact: greedy verification always. Under rejection sampling, a position's test is exact
@@ -207,7 +205,6 @@ class SpecDiff(Method):
     Config = SpecDiffConfig
     drafter_kind = "diffusion"
     marker = "^"
-    round_unit = "tokens"
 
     def check(self) -> None:
         cfg = self.cfg
@@ -240,9 +237,6 @@ class SpecDiff(Method):
         q = self.cfg.q_source
         exact_q = q == "onehot" or (q == "reveal_step" and self.cfg.steps == 1)
         return is_lossless(self.cfg.rule, self.warp) and exact_q
-
-    def cost_model(self, decoder: SpeculativeDecoder, prompt_ids: list[int], summary: dict) -> dict:
-        return cost.speculative(decoder, prompt_ids, summary)
 
     def label(self) -> str:
         cfg = self.cfg
