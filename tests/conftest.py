@@ -68,7 +68,9 @@ def target() -> CausalLM:
 
 @pytest.fixture(scope="session")
 def drafter() -> CausalLM:
-    return builtin("random-gpt2-draft")
+    """float32: a drafter's rounding cannot break equality, only the target's can."""
+    cfg = ModelConfig(name="random-gpt2-draft", name_or_path="specbench:random-gpt2-draft")
+    return load_causal_lm(cfg, "drafter", torch.device("cpu"), "float32")
 
 
 def compose_cfg(*overrides: str) -> DictConfig:

@@ -41,7 +41,7 @@ def test_exact_specdiff_configs_sample_the_target_law(steps: int, q_source: str)
     """T = 1 draws every position independently from its row, so `reveal_step` is exact; a
     one-hot proposal (accept with p(d), else resample p without d) is exact for any draft law.
     The method labels both exact and `reveal_step` at T >= 2 approximate."""
-    warp, draws = Warp(temperature=1.0), DRAWS // 2
+    warp, draws = Warp(temperature=1.0), DRAWS // 3
     method = SpecDiff(SpecDiffConfig(gamma=2, steps=steps, q_source=q_source), warp)
     assert method.exact() and not SpecDiff(SpecDiffConfig(gamma=2, steps=2), warp).exact()
     target = toy_lm(n_layer=2, seed=0)
