@@ -72,7 +72,8 @@ class Trace:
         self.emitted.append(0)
 
     def commit(self, before: torch.Tensor, after: torch.Tensor) -> None:
-        self.emitted[-1] += int((before != after).sum())
+        """Counted on the device: read back once, after the clock stops (no sync per step)."""
+        self.emitted[-1] = self.emitted[-1] + (before != after).sum()
 
 
 class BlockDecoder:
@@ -148,7 +149,7 @@ class BlockDecoder:
             target_calls=target.calls - calls,
             draft_lengths=trace.depths,
             accepted=trace.accepted,
-            emitted=trace.emitted,
+            emitted=[int(n) for n in trace.emitted],  # after wall_s: outside the clock
             draft_s=trace.draft_s,
             verify_s=trace.verify_s,
             positions=target.positions - positions,
