@@ -365,3 +365,19 @@ def test_remote_names_come_from_trusted_code_only() -> None:
     tests = "assert sum(1, 2) == 3\nassert abs(helper(root)) == 1\n"
     calls, handles = sandbox.remote_names(tests, "import math\n", "def sum(a, b):\n    pass\n")
     assert calls == ("sum", "helper") and handles == ("root",)
+
+
+def test_a_staged_interpreter_someone_else_could_write_is_refused(tmp_path, monkeypatch) -> None:
+    """The staging directory sits in the shared temporary directory: one that others can
+    write (or that another user made) would hand them the checker's interpreter."""
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "os.py").write_text("")
+    (tmp_path / "lib" / "site-packages").mkdir()
+    staged = sandbox._staged({"python": Path(sys.executable)}, tmp_path / "lib")
+    assert sorted(p.name for p in staged.iterdir()) == ["complete", "python", "stdlib"]
+    assert [p.name for p in (staged / "stdlib").iterdir()] == ["os.py"]
+    assert sandbox._staged({"python": Path(sys.executable)}, tmp_path / "lib") == staged
+    staged.chmod(0o777)
+    with pytest.raises(sandbox.SandboxUnavailable, match="remove it"):
+        sandbox._staged({"python": Path(sys.executable)}, tmp_path / "lib")

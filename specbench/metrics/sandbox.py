@@ -31,6 +31,7 @@ import os
 import queue
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -158,6 +159,13 @@ def _link_or_copy(source: str, destination: str) -> None:
         shutil.copy2(source, destination)
 
 
+def _owned(path: Path) -> bool:
+    """`path` is a directory of this user's that no one else can write (checked before a
+    staged interpreter is trusted: the system's temporary directory is shared)."""
+    info = path.lstat()
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022
+
+
 def _staged(files: dict[str, Path], stdlib: Path) -> Path:
     """A copy (hard links where possible) of the interpreter, libpython and the standard
     library without site-packages, in a directory every uid can read: the jail's outside uid
@@ -167,24 +175,27 @@ def _staged(files: dict[str, Path], stdlib: Path) -> Path:
         repr((sys.version, sorted(files.items()), str(stdlib), os.geteuid())).encode()
     ).hexdigest()[:16]
     final = Path(tempfile.gettempdir()) / f"specbench-python-{key}"
-    if (final / "complete").is_file() and final.lstat().st_uid == os.geteuid():
-        return final
-    build = Path(tempfile.mkdtemp(prefix=f"{final.name}.", dir=final.parent))
-    for name, path in files.items():
-        _link_or_copy(str(path), str(build / name))
-    shutil.copytree(
-        stdlib,
-        build / "stdlib",
-        symlinks=True,
-        ignore=shutil.ignore_patterns(*NOT_STANDARD_LIBRARY),
-        copy_function=_link_or_copy,
-    )
-    (build / "complete").touch()
-    build.chmod(0o755)
-    try:
-        build.rename(final)
-    except OSError:  # another process staged it first
-        shutil.rmtree(build, ignore_errors=True)
+    if not (final.exists() or final.is_symlink()):
+        build = Path(tempfile.mkdtemp(prefix=f"{final.name}.", dir=final.parent))
+        for name, path in files.items():
+            _link_or_copy(str(path), str(build / name))
+        shutil.copytree(
+            stdlib,
+            build / "stdlib",
+            symlinks=True,
+            ignore=shutil.ignore_patterns(*NOT_STANDARD_LIBRARY),
+            copy_function=_link_or_copy,
+        )
+        (build / "complete").touch()
+        build.chmod(0o755)
+        try:
+            build.rename(final)
+        except OSError:  # another process staged it first
+            shutil.rmtree(build, ignore_errors=True)
+    if not _owned(final) or not (final / "complete").is_file():
+        raise SandboxUnavailable(
+            f"{final} is not a complete interpreter staged by this user: remove it and rerun"
+        )
     return final
 
 
