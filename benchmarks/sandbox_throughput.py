@@ -26,6 +26,7 @@ from specbench.tasks.mbpp import MbppConfig, MbppTask
 
 DATA = paths.data_dir()
 ROOT = Path(__file__).resolve().parents[1]
+CALLS = 20_000
 
 
 def suites() -> dict[str, tuple]:
@@ -90,6 +91,13 @@ def main() -> None:
         )
     for judge in arms.values():
         judge(trivial[:2], 1)  # warm: staging, probes
+    many_calls = sandbox.Check(
+        "def f():\n    return 1\n", f"for _ in range({CALLS}):\n    assert f() == 1\n", ("f",)
+    )
+    seconds, _ = timed(arms["nsjail"], [many_calls], 1)
+    trivial_s, _ = timed(arms["nsjail"], trivial, 1)
+    per_call = (seconds - trivial_s / len(trivial)) / CALLS
+    print(f"nsjail: a call from the tests to the program costs {per_call * 1e6:.0f} us")
     for repeat in range(args.repeats):
         for arm, judge in arms.items():
             seconds, _ = timed(judge, trivial, 1)
