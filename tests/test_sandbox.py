@@ -381,3 +381,13 @@ def test_a_staged_interpreter_someone_else_could_write_is_refused(tmp_path, monk
     staged.chmod(0o777)
     with pytest.raises(sandbox.SandboxUnavailable, match="remove it"):
         sandbox._staged({"python": Path(sys.executable)}, tmp_path / "lib")
+
+
+def test_a_machine_where_jails_cannot_start_is_one_line(monkeypatch) -> None:
+    nsjail_said = "[F][2026-12-01][1] initUser(): unshare(CLONE_NEWUSER): Operation not permitted\n"
+    monkeypatch.setattr(
+        sandbox, "run", lambda *a: sandbox.Outcome(False, "failed", 0.0, nsjail_said)
+    )
+    with pytest.raises(sandbox.SandboxUnavailable) as error:
+        sandbox.require.__wrapped__()
+    assert "\n" not in str(error.value) and "CLONE_NEWUSER" in str(error.value)

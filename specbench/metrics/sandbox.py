@@ -286,47 +286,63 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+def _verdict(checker: subprocess.Popen, check: Check, limits: Limits) -> str:
+    """Hand the checker its spec and read its verdict, within the wall-clock limit."""
+    try:
+        verdict, _ = checker.communicate(json.dumps(asdict(check)).encode(), timeout=limits.wall_s)
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    try:
+        return "passed" if json.loads(verdict)["verdict"] == "passed" else "failed"
+    except (ValueError, TypeError, KeyError):  # no verdict: the checker jail died
+        return "failed"
+
+
 def run(check: Check, limits: Limits = Limits()) -> Outcome:
     """Judge one program: start both jails, wait for the checker's verdict or the wall clock,
-    then kill both and remove their files."""
+    then end both and remove their logs."""
     slot = _take_slot()
     logs = Path(tempfile.mkdtemp(prefix="specbench-sandbox-"))
     calls_in, calls_out = os.pipe()
     answers_in, answers_out = os.pipe()
+    jails: list[subprocess.Popen] = []
     started = time.perf_counter()
     try:
         with (logs / "program").open("wb") as out, (logs / "checker").open("wb") as err:
-            program = subprocess.Popen(
-                _jail("program", limits, slot, (calls_in, answers_out)),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                pass_fds=(calls_in, answers_out),
-                start_new_session=True,
+            jails.append(
+                subprocess.Popen(
+                    _jail("program", limits, slot, (calls_in, answers_out)),
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(calls_in, answers_out),
+                    start_new_session=True,
+                )
             )
-            checker = subprocess.Popen(
-                _jail("checker", limits, slot, (answers_in, calls_out)),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                pass_fds=(answers_in, calls_out),
-                start_new_session=True,
+            jails.append(
+                subprocess.Popen(
+                    _jail("checker", limits, slot, (answers_in, calls_out)),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    pass_fds=(answers_in, calls_out),
+                    start_new_session=True,
+                )
             )
-        for fd in (calls_in, calls_out, answers_in, answers_out):
+        for fd in (calls_in, calls_out, answers_in, answers_out):  # the jails hold them now
             os.close(fd)
-        spec = json.dumps(asdict(check)).encode()
-        try:
-            verdict, _ = checker.communicate(spec, timeout=limits.wall_s)
-            status = json.loads(verdict or b"{}").get("verdict", "failed")
-        except subprocess.TimeoutExpired:
-            status = "timeout"
-        except ValueError:
-            status = "failed"
-        for proc in (program, checker):
+        calls_in = calls_out = answers_in = answers_out = -1
+        status = _verdict(jails[1], check, limits)
+        for proc in jails:
             _stop(proc)
         output = _tail(logs / "program") + _tail(logs / "checker")
         return Outcome(status == "passed", status, time.perf_counter() - started, output)
     finally:
+        for proc in jails:
+            _stop(proc)
+        for fd in (calls_in, calls_out, answers_in, answers_out):
+            if fd >= 0:
+                os.close(fd)
         shutil.rmtree(logs, ignore_errors=True)
         _slots.put(slot)
 
@@ -341,7 +357,10 @@ def require() -> None:
     probe = run(Check("def f():\n    return 1\n", "assert f() == 1\n", ("f",)), Limits())
     if not probe.passed:
         last = (probe.output.strip().splitlines() or [probe.status])[-1]
-        raise SandboxUnavailable(f"the code sandbox cannot start here ({last}); {INSTALL}")
+        raise SandboxUnavailable(
+            f"the code sandbox cannot start here ({last}): nsjail needs Linux user namespaces "
+            "(see docs/security.md)"
+        )
 
 
 def run_many(
