@@ -1,9 +1,10 @@
 """Name -> entry registries, one per axis (methods, tasks, built-in models).
 
-A method or task registers itself from its own module, together with the structured config that
-Hydra validates its YAML against, so adding one is one Python file plus one YAML file. A
-registry refuses a second entry under a taken name and an entry of the wrong kind: a silent
-overwrite would make a run measure a different method than its name says.
+A method or task registers itself from its own module. A task registers the structured config
+that Hydra validates its YAML against with it; a method's config lives in
+`specbench/decoding/configs.py`, apart from its torch code, so that composing a config imports
+no torch. A registry refuses a second entry under a taken name and an entry of the wrong kind: a
+silent overwrite would make a run measure a different method than its name says.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def _is_method(entry: Any) -> bool:
     return isinstance(entry, type) and issubclass(entry, Method) and entry is not Method
 
 
-METHODS: Registry = Registry("method", _is_method, "Method subclass", lambda cls: cls.Config)
+METHODS: Registry = Registry("method", _is_method, "Method subclass")
 TASKS: Registry[TaskSpec] = Registry(
     "task", lambda e: isinstance(e, TaskSpec), "TaskSpec", lambda spec: spec.config
 )
@@ -98,6 +99,20 @@ def register_builtin_model(name: str) -> Callable:
     return wrap
 
 
+def _import_all(package: str) -> None:
+    pkg = importlib.import_module(package)
+    for info in pkgutil.walk_packages(pkg.__path__, prefix=f"{package}."):
+        importlib.import_module(info.name)
+
+
+def discover_schemas() -> None:
+    """Store every method and task schema in Hydra's ConfigStore, importing neither torch nor
+    transformers (task modules import them where they use them): what composing a config needs,
+    so a misspelt key is reported in a second."""
+    importlib.import_module("specbench.decoding.configs")
+    _import_all("specbench.tasks")
+
+
 _DISCOVERED = False
 
 
@@ -107,7 +122,5 @@ def discover() -> None:
     if _DISCOVERED:
         return
     for package in ("specbench.models", "specbench.decoding", "specbench.tasks"):
-        pkg = importlib.import_module(package)
-        for info in pkgutil.walk_packages(pkg.__path__, prefix=f"{package}."):
-            importlib.import_module(info.name)
+        _import_all(package)
     _DISCOVERED = True

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 from specbench.decoding.autoregressive import AR
 from specbench.decoding.warp import Warp
@@ -45,3 +47,12 @@ def test_every_registered_method_declares_what_the_harness_asks() -> None:
         assert cls.drafter_kind in (None, "causal", "diffusion")
         assert cls.round_unit in (None, "tokens", "steps")
         assert cls(cls.Config(), Warp()).label().startswith(name)
+
+
+def test_each_method_config_is_the_schema_its_yaml_composes_with() -> None:
+    """Method configs live in specbench/decoding/configs.py (no torch); each is stored in
+    Hydra's ConfigStore under the name its method's YAML names."""
+    discover()
+    stored = ConfigStore.instance().repo["method"]
+    for name in METHODS:
+        assert OmegaConf.get_type(stored[f"schema_{name}.yaml"].node) is METHODS[name].Config

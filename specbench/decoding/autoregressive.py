@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from specbench.decoding.configs import ARConfig
 from specbench.decoding.generation import Generation, Stop
 from specbench.decoding.warp import Warp
 from specbench.method import Method
@@ -48,11 +47,6 @@ class AutoregressiveDecoder:
             positions=target.positions - positions,
             emitted=[1] * len(tokens),
         )
-
-
-@dataclass
-class ARConfig:
-    name: str = "ar"
 
 
 @METHODS.register

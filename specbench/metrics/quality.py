@@ -10,8 +10,6 @@ from __future__ import annotations
 import logging
 from functools import cache
 
-import torch
-
 from specbench.config import ModelConfig
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
@@ -44,6 +42,8 @@ class OracleLM:
 
     def nll(self, prompt: str, completion: str) -> float | None:
         """None for an empty completion, which has no likelihood to speak of."""
+        import torch  # here, not at the top: tasks import this module while a config composes
+
         lm = self.lm
         prompt_ids = lm.tokenizer(prompt)["input_ids"]
         completion_ids = lm.tokenizer(completion)["input_ids"]

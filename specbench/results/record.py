@@ -11,9 +11,10 @@ told from a real divergence.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # the run directory is opened and checked before torch is imported
+    import torch
 
 # part of every run's identity: records of another schema live in another run directory
 SCHEMA = 2
@@ -25,6 +26,8 @@ def tie_tolerance(dtype: torch.dtype, top_logit: float) -> float:
     shape (a gamma + 1-token verification against a one-token step, a batch of drafts against
     one row) accumulate their sums in another order and differ by a few such units, so a gap
     below this can flip either way; a divergence above it is not rounding."""
+    import torch
+
     return 4 * torch.finfo(dtype).eps * max(1.0, abs(top_logit))
 
 

@@ -8,12 +8,14 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import MISSING
-from transformers import PreTrainedTokenizerBase
 
 from specbench.errors import ConfigError
+
+if TYPE_CHECKING:  # tasks compose with a config, before transformers is imported
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass

@@ -13,8 +13,6 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-import torch
-
 from specbench.config import ModelConfig
 from specbench.registry import TaskSpec, register_task
 from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
@@ -92,6 +90,8 @@ class MtBenchTask(Task):
 
     def grade(self, turns: list[str], answers: list[str]) -> float | None:
         """The judge's rating of the last answer, None when it gives none in the format."""
+        import torch
+
         from specbench.decoding.autoregressive import AutoregressiveDecoder
         from specbench.decoding.warp import Warp
 

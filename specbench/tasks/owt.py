@@ -11,12 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from specbench.metrics.quality import OracleLM
 from specbench.registry import TaskSpec, register_task
 from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass

@@ -42,30 +42,12 @@ from typing import Protocol
 import torch
 
 from specbench.config import ModelConfig
+from specbench.decoding.configs import SpatialConfig
 from specbench.errors import ConfigError
 from specbench.models.diffusion import ADAPTERS
 
 POLICIES = ("quota", "threshold", "dynamic", "localleap", "origin")
 CONFIDENCES = ("maskgit_plus", "topk_margin", "entropy")
-
-
-@dataclass
-class SpatialConfig:
-    """The knobs every diffusion-LLM decoder shares (the method configs extend it)."""
-
-    block_length: int = 32
-    steps: int | None = (
-        None  # quota: denoising steps over the whole generation; null = one per token
-    )
-    policy: str = "quota"
-    confidence: str = "maskgit_plus"
-    schedule: str = "llada"  # quota only: llada | dream
-    threshold: float = 0.9  # threshold; localleap's anchor threshold
-    factor: float = 1.0  # dynamic
-    relaxed_threshold: float = 0.7  # localleap
-    window: int = 2  # localleap
-    prefix_cache: bool = False  # Fast-dLLM's prefix cache (approximate)
-    dual_cache: bool = False  # Fast-dLLM's DualCache: the suffix's keys and values kept too
 
 
 def check_spatial(cfg: SpatialConfig) -> None:

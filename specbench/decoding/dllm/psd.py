@@ -16,15 +16,13 @@ policy's decoder token for token (up to batched-matmul rounding) and only the ca
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from specbench.decoding.configs import PSDConfig
 from specbench.decoding.dllm.policies import Policy, check_replayable, one_token_per_step
 from specbench.decoding.dllm.vanilla import (
     BlockDecoder,
     DiffusionLLMMethod,
-    DLLMConfig,
     StopScan,
     Trace,
     vanilla,
@@ -118,17 +116,6 @@ class PSDDecoder(BlockDecoder):
             step += m + 1
             if m == len(still_masked) or scan(canvas):  # the block, or the output, is finished
                 return
-
-
-@dataclass
-class PSDConfig(DLLMConfig):
-    name: str = "psd"
-    policy: str = "threshold"  # PSD(Confidence), the paper's main variant (threshold 0.9)
-    depth: int = 3  # d: drafts D_1 .. D_d per iteration (0 = the policy's decoder); paper: 3
-    # tokens each deeper draft adds under a confidence-driven policy: `last` (as many as the
-    # policy's step just committed) or `replay` (the policy on the stale scores); quota
-    # policies always replay (their counts are known)
-    draft_width: str = "last"
 
 
 OWN_POLICY = "its policy's own decoder, one step per forward (same knobs)"

@@ -23,16 +23,17 @@ import json
 import logging
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import torch
 
 from specbench import paths
+from specbench.decoding.configs import SpiffyConfig
 from specbench.decoding.dllm.graph import DraftGraph, Node, select
 from specbench.decoding.dllm.policies import Policy, greedy_confidence
 from specbench.decoding.dllm.psd import SpeculativeDLLMMethod
-from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig, StopScan, Trace
+from specbench.decoding.dllm.vanilla import BlockDecoder, StopScan, Trace
 from specbench.decoding.generation import Stop
 from specbench.errors import ConfigError
 from specbench.metrics.speed import synchronize
@@ -148,19 +149,6 @@ class SpiffyDecoder(BlockDecoder):
             step += accepted + 1
             if not (state == mask).any() or scan(canvas):
                 return
-
-
-@dataclass
-class SpiffyConfig(DLLMConfig):
-    name: str = "spiffy"
-    nodes: int = 5  # D, the calibrated graph's size
-    keep: int | None = None  # D*, nodes kept per call after online pruning; null = ceil(D / 2)
-    graph: str | None = None  # a saved graph (JSON); null = calibrate (cached)
-    # "task": the measured task's held-out samples (`Task.heldout`), in its own prompt format;
-    # or a JSONL file of {"prompt"} rows. Either is refused if it overlaps the measured samples.
-    calibration: str = "task"
-    calibration_samples: int = 50
-    calibration_new_tokens: int = 128
 
 
 def kept_nodes(cfg: SpiffyConfig) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specbench.config import ModelConfig
+from specbench.decoding.configs import DLLMConfig
 from specbench.decoding.dllm.policies import (
     Policy,
     SpatialConfig,
@@ -171,11 +172,6 @@ class BlockDecoder:
                 self.observe(block.clone(), logits, lo)
             if not (block == self.target.mask_id).any() or scan(canvas):
                 return
-
-
-@dataclass
-class DLLMConfig(SpatialConfig):
-    name: str = "dllm"
 
 
 def vanilla(cfg: SpatialConfig, target: MaskedDiffusionLM) -> BlockDecoder:

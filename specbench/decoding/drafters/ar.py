@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import torch
 
+from specbench.decoding.configs import SpSConfig
 from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import DraftVerifyMethod, GammaSchedule, SpeculativeDecoder
 from specbench.decoding.verify import check_rule, is_lossless, make_rule, resolve_rule
@@ -81,15 +81,6 @@ class ARDrafter:
         synchronize(self.lm.device)
         q_probs = torch.stack(q_rows) if q_rows else None
         return Draft(tokens, q_probs, len(tokens), time.perf_counter() - t0)
-
-
-@dataclass
-class SpSConfig:
-    name: str = "sps"
-    gamma: int = 4  # tokens drafted per round (the first round's, under `heuristic`)
-    schedule: str = "constant"  # or heuristic: HF's (+2 after a fully accepted draft, -1 else)
-    rule: str = "auto"  # greedy at temperature 0, rejection above; or a lenient rule (verify.py)
-    leniency: float = 1.0  # the lenient rules' knob: ratio l, floor epsilon, top-k k, typical eps
 
 
 def rule_label(rule: str, leniency: float, warp: Warp) -> list[str]:

@@ -14,11 +14,12 @@ import heapq
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
+from specbench.decoding.configs import DiffuSpecConfig
 from specbench.decoding.drafters.specdiff import real_token_logits
 from specbench.decoding.generation import Draft
 from specbench.decoding.ngram import NgramLM, cached_ngram
@@ -184,26 +185,6 @@ class DiffuSpecDrafter:
         synchronize(dlm.device)
         info = {"L_gen": l_gen, "k": n, "path_score": score, "cps_s": cps_s}
         return Draft(path, None, dlm.calls - calls, time.perf_counter() - started, info)
-
-
-@dataclass
-class DiffuSpecConfig:
-    name: str = "diffuspec"
-    cps: bool = True
-    adl: bool = True
-    k: int = 20  # the fixed draft length when adl is off
-    k_min: int = 20
-    k_max: int = 30
-    delta: int = 10
-    rho: float = 0.5
-    m_max: int = 15
-    tau: float = 0.8
-    beam: int = 3
-    lam: float = 0.5
-    refine_steps: int = 1
-    ngram_order: int = 3
-    # "task": the measured task's training text (`Task.train_texts`); or a text/JSONL file
-    ngram_corpus: str = "task"
 
 
 def corpus_texts(cfg: DiffuSpecConfig, task: Task) -> list[str]:

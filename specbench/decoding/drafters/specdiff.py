@@ -32,10 +32,10 @@ for any draft law (`SpecDiff.exact`); greedy verification is exactly lossless.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import torch
 
+from specbench.decoding.configs import SpecDiffConfig
 from specbench.decoding.drafters.ar import fit_vocab, rule_label
 from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import DraftVerifyMethod, GammaSchedule, SpeculativeDecoder
@@ -176,16 +176,6 @@ class SpecDiffDrafter:
         if self.q_source == "final_step":
             return self._probs(block, subs=False, truncate=False, t=t)
         return torch.stack(q_rows)
-
-
-@dataclass
-class SpecDiffConfig:
-    name: str = "specdiff"
-    gamma: int = 10  # draft length
-    steps: int = 4  # T, denoising steps per draft
-    q_source: str = "reveal_step"  # the proposal for rejection sampling: or final_step, onehot
-    rule: str = "auto"  # greedy at temperature 0, rejection above; or a lenient rule (verify.py)
-    leniency: float = 1.0  # the lenient rules' knob: ratio l, floor epsilon, top-k k, typical eps
 
 
 @METHODS.register
