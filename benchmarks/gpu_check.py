@@ -17,8 +17,8 @@ from hydra import compose, initialize_config_dir
 from method_overhead import CELLS as METHOD_CELLS
 
 from specbench import paths
+from specbench.pipeline import execute, prepare
 from specbench.registry import discover
-from specbench.run import execute, prepare
 
 CELLS = {name: cell for name, cell in METHOD_CELLS.items() if name != "ar"}
 NATIVE = ["drafter=none", "run.max_new_tokens=64"]

@@ -24,8 +24,8 @@ from hydra import compose, initialize_config_dir
 
 from specbench import paths
 from specbench.metrics.speed import synchronize
+from specbench.pipeline import load_models, prepare
 from specbench.registry import discover
-from specbench.run import load_models, prepare
 
 DLM = ["target=tiny-dlm", "drafter=none", "method.prefix_cache=true"]
 CELLS = {

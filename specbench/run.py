@@ -1,397 +1,100 @@
-"""The Hydra entry point, one stage per function: compose -> typed config (once) -> `validate`
-(pure) -> `check_models` (checkpoint configs, tokenizers) -> `load_samples` -> `fit_context` ->
-open the store -> `load_models` -> `evaluate` -> `summarise`. No weight loads before the store
-is open, so every bad input fails in one line first."""
+"""`specbench-run`: the Hydra app around one cell (`specbench/pipeline.py`, the stages).
+
+Composing and checking the config imports neither torch nor transformers, so a misspelt key is
+reported in about a second; the stages are imported once the config has composed. Every error a
+user can act on is one line on stderr.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import fields, is_dataclass
+from typing import Any, NoReturn
 
 import hydra
-import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from specbench import paths
-from specbench.config import Config, ModelConfig, RunConfig
-from specbench.decoding.generation import Stop
-from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
-from specbench.evaluate import Arms, Job, evaluate
-from specbench.method import Method
-from specbench.metrics.summary import summarize
-from specbench.models import loading
-from specbench.models.diffusion import ADAPTERS
-from specbench.registry import METHODS, TASKS, discover
-from specbench.results.console import print_summary
-from specbench.results.env import environment, fingerprint
-from specbench.results.store import RunStore, config_hash
+from specbench.registry import discover_schemas
 from specbench.results.sweep import SweepSummary, write_outcome
-from specbench.results.wandb import WandbMirror
-from specbench.tasks.base import Sample, Task
 
-discover()  # method and task schemas must be in Hydra's ConfigStore before it composes
+discover_schemas()  # method and task schemas must be in Hydra's ConfigStore before it composes
 
 GROUPS = ("target", "drafter", "method", "task", "logging", "run", "experiment")
 
 
-@dataclass
-class Plan:
-    """Everything validated and tokenised, the store open; nothing loaded yet. `config` is the
-    typed config (dataclasses); `identity` its plain form, stored as `config.yaml`."""
-
-    config: Config
-    identity: dict[str, Any]
-    run_id: str
-    method: Method
-    task: Task
-    samples: list[Sample]
-    prompt_ids: dict[str, list[int]]
-    tokenizer: Any
-    device: torch.device
-    store: RunStore
+def choices(group: str) -> list[str]:
+    """A group's options: its YAML files under conf/."""
+    return sorted(p.stem for p in (paths.CONF_DIR / group).glob("*.yaml"))
 
 
-def _check_run(run: Any) -> None:
-    checks = [
-        (
-            "run.max_new_tokens",
-            run.max_new_tokens,
-            run.max_new_tokens is None or run.max_new_tokens >= 1,
-            "must be null (the task's default) or an integer >= 1",
-        ),
-        ("run.temperature", run.temperature, run.temperature >= 0, "must be >= 0 (0 = greedy)"),
-        ("run.top_p", run.top_p, 0 < run.top_p <= 1, "must be in (0, 1]"),
-        ("run.top_k", run.top_k, run.top_k >= 0, "must be >= 0 (0 = off)"),
-        ("run.warmup", run.warmup, run.warmup >= 0, "must be >= 0"),
-        (
-            "run.fit_context",
-            run.fit_context,
-            run.fit_context in ("error", "truncate_left"),
-            "allowed: error, truncate_left",
-        ),
-        ("run.limit", run.limit, run.limit is None or run.limit >= 1, "must be null (all) or >= 1"),
-        (
-            "run.dtype",
-            run.dtype,
-            run.dtype == "auto" or run.dtype in loading.DTYPES,
-            f"allowed: auto, {', '.join(loading.DTYPES)}",
-        ),
-    ]
-    for key, value, ok, allowed in checks:
-        if not ok:
-            raise ConfigError(key, value, allowed)
-    try:
-        device = loading.resolve_device(run.device)
-    except RuntimeError:
-        raise ConfigError(
-            "run.device", run.device, "allowed: auto, cpu, cuda, cuda:N, mps"
-        ) from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("run.device", run.device, "no CUDA device here; use auto or cpu")
+def groups_help() -> str:
+    """`--help`'s list of groups and their choices."""
+    return "\n".join(f"{group}: {', '.join(choices(group))}" for group in GROUPS)
 
 
-def _check_model(cfg: Any, key: str) -> None:
-    if cfg.max_memory and not cfg.device_map:
-        raise ConfigError(
-            f"{key}.max_memory",
-            dict(cfg.max_memory),
-            f"caps accelerate's placement; set {key}.device_map (e.g. auto) with it",
-        )
-    if cfg.kind == "diffusion" and cfg.adapter not in ADAPTERS:
-        raise ConfigError(f"{key}.adapter", cfg.adapter, f"allowed: {', '.join(ADAPTERS)}")
-    if cfg.dtype is not None and cfg.dtype not in loading.DTYPES:
-        raise ConfigError(
-            f"{key}.dtype", cfg.dtype, f"allowed: null (run.dtype), {', '.join(loading.DTYPES)}"
-        )
+if not OmegaConf.has_resolver("specbench_groups"):
+    OmegaConf.register_new_resolver("specbench_groups", groups_help)
 
 
-def _same_tokenizer(a: Any, b: Any, extra_ok: bool = False) -> str | None:
-    """Why drafter tokenizer `b` cannot draft for target tokenizer `a`, or None. A diffusion
-    drafter (`extra_ok`) may add tokens of its own, its mask above all (Dream adds it to
-    Qwen2.5's vocabulary), but every target token must keep its id."""
-    va, vb = a.get_vocab(), b.get_vocab()
-    if extra_ok:
-        moved = [tok for tok, i in va.items() if vb.get(tok) != i]
-        return f"{len(moved)} target tokens have other ids, e.g. {moved[:3]}" if moved else None
-    if va != vb:
-        return f"vocabularies differ ({len(vb)} vs {len(va)} entries)"
-    for attr in ("eos_token_id", "bos_token_id", "pad_token_id", "unk_token_id"):
-        if getattr(a, attr) != getattr(b, attr):
-            return f"{attr} differs ({getattr(b, attr)} vs {getattr(a, attr)})"
+def say(line: str) -> None:
+    print(f"specbench: {line}", file=sys.stderr)
+
+
+def compose_error(err: Exception) -> str:
+    """Hydra's and OmegaConf's multi-line composition errors as one line: the key, and what is
+    wrong with it."""
+    cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else err
+    no_key = isinstance(cause, (ConfigKeyError, ConfigAttributeError))
+    if no_key and is_dataclass(cause.object_type):
+        keys = ", ".join(f.name for f in fields(cause.object_type))
+        return f"{cause.full_key}: no such key in {cause.object_type.__name__}; allowed: {keys}"
+    if isinstance(cause, OmegaConfBaseException) and cause.full_key:
+        return f"{cause.full_key}: {str(cause.msg).splitlines()[0]}"
+    return " ".join(str(err).split())
+
+
+def explain(err: Exception) -> tuple[str, int] | None:
+    """The error line and exit code for an error a user can act on; None for a bug."""
+    if isinstance(err, ConfigError):
+        return str(err), 2
+    if isinstance(err, (HydraException, OmegaConfBaseException)):
+        return compose_error(err), 2
     return None
 
 
-def _check_drafter_vocabulary(drafter: Any, target_tokens: int) -> None:
-    """A diffusion drafter scores every target token: its logits must cover the target's
-    vocabulary (MDLM-OWT's 50258 = GPT-2's 50257 + the mask)."""
-    config = loading.check_diffusion_checkpoint(drafter, "drafter")
-    size = loading.vocabulary_size(config)
-    if size is not None and size < target_tokens:
-        raise ConfigError(
-            "drafter",
-            drafter.name,
-            f"its {size} logits do not cover the target tokenizer's {target_tokens} tokens; "
-            "allowed: a drafter over the target's vocabulary",
-        )
-
-
-def validate(config: Config) -> Method:
-    """Every check that reads no file: the run's knobs, the method's, and the models' kinds."""
-    _check_run(config.run)
-    if config.method.name not in METHODS:
-        raise ConfigError("method", config.method.name, f"allowed: {', '.join(METHODS)}")
-    method = METHODS[config.method.name](config.method, warp_of(config.run))
-    method.check()
-    if config.target.kind != method.target_kind:
-        raise ConfigError(
-            "target.kind",
-            config.target.kind,
-            f"method {method.name} needs a {method.target_kind} target",
-        )
-    _check_model(config.target, "target")
-    method.check_target(config.target)
-    if method.drafter_kind is not None:
-        if config.drafter.name_or_path is None:
-            raise ConfigError(
-                "drafter",
-                config.drafter.name,
-                f"method {method.name} needs a drafter (e.g. drafter=gpt2)",
-            )
-        if config.drafter.kind != method.drafter_kind:
-            raise ConfigError(
-                "drafter.kind",
-                config.drafter.kind,
-                f"method {method.name} needs a {method.drafter_kind} drafter",
-            )
-        _check_model(config.drafter, "drafter")
-    if config.logging.wandb.mode not in ("offline", "online", "disabled"):
-        raise ConfigError(
-            "logging.wandb.mode", config.logging.wandb.mode, "allowed: offline, online, disabled"
-        )
-    if config.task.name not in TASKS:
-        raise ConfigError("task", config.task.name, f"allowed: {', '.join(TASKS)}")
-    return method
-
-
-def warp_of(run: RunConfig) -> Warp:
-    return Warp(run.temperature, run.top_k, run.top_p)
-
-
-def check_models(config: Config, method: Method) -> tuple[Any, list[tuple[str, int | None]]]:
-    """Checkpoint configs and tokenizers (no weights): the target's tokenizer, and each model's
-    context length for `fit_context`."""
-    if config.target.kind == "diffusion":
-        loading.check_diffusion_checkpoint(config.target, "target")
-    tokenizer = loading.load_tokenizer(config.target, "target")
-    contexts = [("target", loading.context_length(config.target, "target"))]
-    if method.drafter_kind is None:
-        return tokenizer, contexts
-    why = _same_tokenizer(
-        tokenizer,
-        loading.load_tokenizer(config.drafter, "drafter"),
-        extra_ok=method.drafter_kind == "diffusion",
-    )
-    if why:
-        raise ConfigError(
-            "drafter",
-            config.drafter.name,
-            f"its tokenizer differs from the target's: {why}; allowed: a drafter sharing the target's tokenizer",
-        )
-    if method.drafter_kind == "causal":  # a diffusion drafter left-truncates its prefix
-        contexts.append(("drafter", loading.context_length(config.drafter, "drafter")))
-    else:
-        _check_drafter_vocabulary(config.drafter, len(tokenizer))
-    return tokenizer, contexts
-
-
-def load_samples(config: Config) -> tuple[Task, list[Sample], int]:
-    """The task, its first `run.limit` samples (ids unique: resume is keyed by id), and the
-    generation length."""
-    task = TASKS[config.task.name].build(config.task, config.target.chat_template)
-    max_new = config.run.max_new_tokens or config.task.max_new_tokens
-    if max_new < 1:
-        raise ConfigError("task.max_new_tokens", max_new, "must be an integer >= 1")
-    samples = task.samples()[: config.run.limit]
-    if not samples:
-        raise ConfigError("task", config.task.name, "has no samples with these settings")
-    seen: set[str] = set()
-    for sample in samples:
-        if sample.id in seen:
-            raise ConfigError(
-                "task",
-                config.task.name,
-                f"sample id {sample.id!r} appears twice; ids must be unique",
-            )
-        seen.add(sample.id)
-    return task, samples, max_new
-
-
-def fit_context(
-    config: Config,
-    prompt_ids: dict[str, list[int]],
-    samples: list[Sample],
-    contexts: list[tuple[str, int | None]],
-    max_new: int,
-) -> None:
-    """Every prompt plus `max_new` tokens must fit the smallest context; `truncate_left` keeps
-    a prompt's end instead (the dropped count goes into the sample's meta)."""
-    context = min((ctx for _, ctx in contexts if ctx is not None), default=None)
-    for sample in samples:
-        ids = prompt_ids[sample.id]
-        if context is None or len(ids) + max_new <= context:
-            continue
-        if config.run.fit_context == "truncate_left" and context - max_new >= 1:
-            prompt_ids[sample.id] = ids[len(ids) + max_new - context :]
-            sample.meta["prompt_tokens_dropped"] = len(ids) + max_new - context
-            continue
-        key = next(k for k, ctx in contexts if ctx == context)
-        raise ConfigError(
-            f"{config.task.name}[{sample.id}]",
-            f"{len(ids)} prompt tokens",
-            f"prompt + max_new_tokens ({max_new}) must fit the {key}'s context of {context} "
-            "tokens (run.fit_context=truncate_left keeps the prompt's end)",
-        )
-
-
-def run_id_of(config: Config, identity: dict[str, Any]) -> str:
-    """`run.name`, or method-target-drafter-task and the config hash: the cell's identity."""
-    parts = [config.method.name, config.target.name, config.drafter.name, config.task.name]
-    return config.run.name or "-".join([*parts, config_hash(identity)[:8]])
-
-
-def prepare(cfg: DictConfig) -> Plan:
-    """Validate everything that can be checked without weights (ConfigError otherwise), then
-    open the run directory."""
-    discover()
-    config: Config = OmegaConf.to_object(cfg)
-    method = validate(config)
-    if method.drafter_kind is None:  # a drafter the method does not take is not its identity
-        config.drafter = ModelConfig(name="none", name_or_path=None, kind="none")
-    tokenizer, contexts = check_models(config, method)
-    task, samples, max_new = load_samples(config)
-    method.check_task(task, samples)
-    prompt_ids = {s.id: task.prompt_ids(tokenizer, s, config.target.chat_template) for s in samples}
-    fit_context(config, prompt_ids, samples, contexts, max_new)
-    identity = paths.portable(asdict(config))
-    run_id = run_id_of(config, identity)
-    store = RunStore.open(identity, run_id)
-    device = loading.resolve_device(config.run.device)
-    return Plan(
-        config, identity, run_id, method, task, samples, prompt_ids, tokenizer, device, store
-    )
-
-
-def load_models(plan: Plan) -> tuple[Any, Any]:
-    """The target and, if the method takes one, the drafter, on the run's device and dtype."""
-    config, load = (
-        plan.config,
-        {"causal": loading.load_causal_lm, "diffusion": loading.load_diffusion_lm},
-    )
-    if config.run.threads:
-        torch.set_num_threads(config.run.threads)
-    target = load[config.target.kind](config.target, "target", plan.device, config.run.dtype)
-    drafter = None
-    if plan.method.drafter_kind is not None:
-        drafter = load[config.drafter.kind](
-            config.drafter, "drafter", plan.device, config.run.dtype
-        )
-    return target, drafter
-
-
-def summarise(plan: Plan, job: Job, env: dict[str, Any]) -> dict[str, Any]:
-    """The summary of the cell's records: who it is, what its losslessness means, every metric,
-    and the cost model's prediction."""
-    method, config = plan.method, plan.config
-    wanted = {s.id for s in plan.samples}
-    records = [r for r in plan.store.records if r.id in wanted]
-    summary = {
-        "run_id": plan.run_id,
-        "method": method.name,
-        "label": method.label(),
-        "target": config.target.name,
-        "drafter": config.drafter.name,
-        "task": config.task.name,
-        "baseline": method.baseline_name if config.run.baseline else None,
-        "lossless": method.exact(),
-        "lossless_wrt": method.lossless_wrt(),
-        **method.facts(job.arms.method),
-        **summarize(records, greedy=method.warp.greedy, round_unit=method.round_unit),
-        "env": fingerprint(env),
-    }
-    if records and summary.get("speedup"):
-        prompt = plan.prompt_ids[plan.samples[0].id]
-        summary.update(method.cost_model(job.arms.method, prompt, summary))
-    return summary
-
-
-def execute(plan: Plan) -> dict[str, Any]:
-    """Load weights, decode every unfinished sample, write summary and environment (a cell
-    whose samples are all recorded and summarised is reported as it stands)."""
-    done = plan.store.finished({s.id for s in plan.samples})
-    if done is not None and done.get("n_samples") == len(plan.samples):
-        print_summary(done, plan.store.run_dir)
-        return done
-    config, method = plan.config, plan.method
-    target, drafter = load_models(plan)
-    baseline = method.baseline(target) if config.run.baseline else None
-    references = method.references(target) if config.run.baseline else {}
-    arms = Arms(method.build(target, drafter, plan.task), baseline, references)
-    stop = Stop(
-        frozenset(target.eos_token_ids), tuple(config.task.stop), decode=plan.tokenizer.decode
-    )
-    job = Job(
-        method,
-        arms,
-        target,
-        plan.task,
-        plan.samples,
-        plan.prompt_ids,
-        plan.tokenizer,
-        stop,
-        plan.device,
-        config.run,
-    )
-    env = environment(plan.device, config_hash(plan.identity))
-    plan.store.write_json("env.json", env)
-    mirror = WandbMirror(
-        plan.identity["logging"]["wandb"],
-        plan.store.run_dir,
-        plan.run_id,
-        config.run.experiment,
-        plan.identity,
-    )
-    try:
-        evaluate(job, plan.store, mirror)
-    finally:
-        plan.store.close()
-    summary = summarise(plan, job, env)
-    plan.store.write_json("summary.json", summary)
-    mirror.finish([r for r in plan.store.records if r.id in {s.id for s in plan.samples}], summary)
-    print_summary(summary, plan.store.run_dir)
-    return summary
+def fail(known: tuple[str, int] | None, err: Exception) -> NoReturn:
+    """End the command on `err`: its line and exit code, or a bug's traceback."""
+    if known is None:
+        raise err
+    say(f"error: {known[0]}")
+    raise SystemExit(known[1]) from None
 
 
 @hydra.main(version_base="1.3", config_path=str(paths.CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> dict[str, Any] | None:
     """One cell. In a multirun a failing cell (a bad pairing, out of memory, ...) is recorded in
     its job's outcome and the sweep goes on; alone it fails the command."""
+    from specbench import pipeline  # torch and transformers: only once the config composes
+
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     plan = None
     try:
-        plan = prepare(cfg)
-        summary = execute(plan)
-    except Exception as err:  # an interrupt is not caught: a killed sweep stops
-        print(f"specbench: error: {err}", file=sys.stderr)
-        if multirun:
-            write_outcome("failed", plan.run_id if plan else None, err)
-            return None
-        if isinstance(err, ConfigError):
-            raise SystemExit(2) from None
-        raise
+        plan = pipeline.prepare(cfg)
+        summary = pipeline.execute(plan)
+    except Exception as err:
+        known = explain(err)
+        if not multirun:
+            fail(known, err)
+        say(f"error: {known[0] if known else f'{type(err).__name__}: {err}'}")
+        write_outcome("failed", plan.run_id if plan else None, err)
+        return None
     if multirun:
         write_outcome("ok", plan.run_id)
     return summary
@@ -405,19 +108,20 @@ def check_group_choices(argv: list[str]) -> None:
         key = key.lstrip("+~")
         if not sep or key not in GROUPS or "(" in value:
             continue
-        group_dir = paths.CONF_DIR / key
-        allowed = sorted(p.stem for p in group_dir.glob("*.yaml"))
+        allowed = choices(key)
         for choice in value.split(","):
             if choice and choice not in allowed:
                 raise ConfigError(key, choice, f"unknown {key}; allowed: {', '.join(allowed)}")
 
 
 def cli() -> None:
+    # Hydra then raises its errors instead of printing them over several lines: each becomes
+    # one line below
+    os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         check_group_choices(sys.argv[1:])
-    except ConfigError as err:
-        print(f"specbench: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    main()
+        main()
+    except Exception as err:
+        fail(explain(err), err)
     if SweepSummary.failed:  # the other cells finished; the command still reports failure
         raise SystemExit(1)

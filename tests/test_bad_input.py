@@ -12,7 +12,8 @@ from conftest import compose_cfg
 from specbench.errors import ConfigError
 from specbench.models import loading
 from specbench.models.random_init import gpt2_tokenizer
-from specbench.run import check_group_choices, prepare
+from specbench.pipeline import prepare
+from specbench.run import check_group_choices
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,5 @@
-"""`specbench-run` end to end in subprocesses: multirun, W&B offline, resume after SIGKILL."""
+"""`specbench-run` end to end in subprocesses: multirun, W&B offline, resume after SIGKILL, and
+a config error answered in one line before torch is imported."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from specbench import paths
@@ -23,16 +25,20 @@ FAST = [
 ]
 
 
-def specbench(args: list[str], cwd: Path, **kwargs) -> subprocess.Popen:
+def specbench(args: list[str], cwd: Path, code: str | None = None) -> subprocess.Popen:
+    """`specbench-run args`; `code` runs first in the same process (to break something)."""
+    launch = ["-m", "specbench"] if code is None else ["-c", f"{code}\n{LAUNCH}"]
     return subprocess.Popen(
-        [sys.executable, "-m", "specbench", *args],
+        [sys.executable, *launch, *args],
         cwd=cwd,
         env=os.environ.copy(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        **kwargs,
     )
+
+
+LAUNCH = "from specbench.run import cli\ncli()"
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
@@ -111,6 +117,34 @@ def test_a_run_killed_midway_resumes_and_holds_every_sample_once(tmp_path: Path)
     assert json.loads((records.parent / "summary.json").read_text())["n_samples"] == 10
 
 
+# prints, as the command ends, which of torch and transformers it imported
+IMPORTED = """
+import atexit, sys
+atexit.register(lambda: print(sorted(m for m in ("torch", "transformers") if m in sys.modules)))
+"""
+
+
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        (
+            "method.gamam=3",
+            "method.gamam: no such key in SpSConfig; allowed: name, gamma, schedule, rule, leniency",
+        ),
+        (
+            "run.limit=many",
+            "run.limit: Value 'many' of type 'str' could not be converted to Integer",
+        ),
+    ],
+)
+def test_a_config_error_is_one_line_before_torch_is_imported(
+    override: str, line: str, tmp_path: Path
+) -> None:
+    code, out, err = finish(specbench([override], tmp_path, code=IMPORTED), timeout=120)
+    assert code == 2 and out.strip() == "[]"
+    assert err.strip().splitlines() == [f"specbench: error: {line}"]
+
+
 def test_an_unknown_method_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     code, out, err = finish(specbench(["method=nope"], tmp_path), timeout=120)
     methods = sorted(p.stem for p in (paths.CONF_DIR / "method").glob("*.yaml"))
@@ -118,3 +152,9 @@ def test_an_unknown_method_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     assert err.strip().splitlines() == [
         f"specbench: error: method='nope': unknown method; allowed: {', '.join(methods)}"
     ]
+
+
+def test_help_lists_the_choices_of_each_group_and_no_schemas(tmp_path: Path) -> None:
+    code, out, err = finish(specbench(["--help"], tmp_path), timeout=120)
+    methods = ", ".join(sorted(p.stem for p in (paths.CONF_DIR / "method").glob("*.yaml")))
+    assert code == 0 and f"method: {methods}\n" in out and "schema_" not in out

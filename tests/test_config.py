@@ -10,7 +10,7 @@ from omegaconf.errors import ConfigKeyError
 from conftest import compose_cfg
 from specbench.errors import ConfigError
 from specbench.models.loading import load_causal_lm
-from specbench.run import prepare
+from specbench.pipeline import prepare
 
 
 @pytest.mark.parametrize("typo", ["method.gama=3", "run.max_new_token=3", "target.name_or_pth=x"])

@@ -29,7 +29,7 @@ from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
 from specbench.models.diffusion import DreamDiffusionLM
 from specbench.models.tiny.dlm import TinyDLM, TinyDLMConfig
-from specbench.run import prepare
+from specbench.pipeline import prepare
 from specbench.tasks.tiny_code import TinyCodeConfig, TinyCodeTask
 
 CPU = torch.device("cpu")

@@ -10,8 +10,8 @@ from omegaconf import OmegaConf
 
 from conftest import compose_cfg
 from specbench import paths
+from specbench.pipeline import execute, prepare, warp_of
 from specbench.registry import METHODS, discover
-from specbench.run import execute, prepare, warp_of
 
 EXPERIMENTS = sorted(p.stem for p in (paths.CONF_DIR / "experiment").glob("*.yaml"))
 TINY_MODELS = {"tiny", "tiny-ar", "tiny-dlm", "none"}

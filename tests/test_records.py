@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from conftest import builtin, compose_cfg
+from specbench.pipeline import execute, prepare
 from specbench.results.record import tie_tolerance
-from specbench.run import execute, prepare
 
 
 def test_a_divergence_carries_the_baseline_targets_top2_gap_there(tmp_path) -> None:

@@ -28,7 +28,7 @@ from specbench.decoding.generation import Stop
 from specbench.errors import ConfigError
 from specbench.models.diffusion import MaskedDiffusionLM, tree_mask
 from specbench.models.loading import load_diffusion_lm
-from specbench.run import execute, prepare
+from specbench.pipeline import execute, prepare
 
 CPU = torch.device("cpu")
 

@@ -81,7 +81,7 @@ def test_a_stored_config_names_no_directory_of_this_machine(tmp_path: Path) -> N
 
     from conftest import compose_cfg
     from specbench import paths
-    from specbench.run import prepare
+    from specbench.pipeline import prepare
 
     plan = prepare(
         compose_cfg(

@@ -23,7 +23,7 @@ from specbench.models.tiny.dlm import (
     subs_parameterise,
 )
 from specbench.models.tiny.train import Schedule, Shape, causal_model, token_stream, train_causal
-from specbench.run import execute, prepare
+from specbench.pipeline import execute, prepare
 
 
 @pytest.fixture(scope="module")
