@@ -70,6 +70,8 @@ class RunConfig:
     experiment: str = "adhoc"
     name: str | None = None
     progress: bool = True
+    # a run directory another process is writing: refuse (false, naming that process) or wait
+    wait_lock: bool = False
 
 
 @dataclass

@@ -1,8 +1,12 @@
-"""The one error a user sees for a bad configuration: key, value, and what is allowed."""
+"""The errors a user sees as one line: a bad configuration (key, value, and what is allowed),
+and a full disk."""
 
 from __future__ import annotations
 
+import errno
 from typing import Any
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class ConfigError(ValueError):
@@ -11,3 +15,16 @@ class ConfigError(ValueError):
     def __init__(self, key: str, value: Any, allowed: str):
         self.key, self.value, self.allowed = key, value, allowed
         super().__init__(f"{key}={value!r}: {allowed}")
+
+
+def user_line(err: BaseException) -> str | None:
+    """The one line for an error a user can act on; None for a bug, whose traceback shows."""
+    if isinstance(err, ConfigError):
+        return str(err)
+    if isinstance(err, OSError) and err.errno in DISK_FULL:
+        where = f" writing {err.filename}" if err.filename else ""
+        return (
+            f"no space left on the device{where}: free some and rerun the same command "
+            "(every recorded sample is kept)"
+        )
+    return None

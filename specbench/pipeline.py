@@ -321,12 +321,22 @@ def summarise(plan: Plan, job: Job, env: dict[str, Any]) -> dict[str, Any]:
 
 
 def execute(plan: Plan) -> dict[str, Any]:
-    """Load weights, decode every unfinished sample, write summary and environment (a cell
-    whose samples are all recorded and summarised is reported as it stands)."""
-    done = plan.store.finished({s.id for s in plan.samples})
-    if done is not None and done.get("n_samples") == len(plan.samples):
-        print_summary(done, plan.store.run_dir)
-        return done
+    """The cell's summary: measured, or read back when every sample is recorded and summarised.
+    The run directory's lock is released when this returns or fails, so a run waiting for it
+    (`run.wait_lock`) then resumes from what this one recorded."""
+    try:
+        done = plan.store.finished({s.id for s in plan.samples})
+        complete = done is not None and done.get("n_samples") == len(plan.samples)
+        summary = done if complete else measure(plan)
+    finally:
+        plan.store.close()
+    print_summary(summary, plan.store.run_dir)
+    return summary
+
+
+def measure(plan: Plan) -> dict[str, Any]:
+    """Load weights, decode every unfinished sample, write environment and summary, and mirror
+    them to W&B."""
     config, method = plan.config, plan.method
     target, drafter = load_models(plan)
     baseline = method.baseline(target) if config.run.baseline else None
@@ -351,17 +361,13 @@ def execute(plan: Plan) -> dict[str, Any]:
     plan.store.write_json("env.json", env)
     mirror = WandbMirror(
         plan.identity["logging"]["wandb"],
-        plan.store.run_dir,
+        plan.store,
         plan.run_id,
         config.run.experiment,
         plan.identity,
     )
-    try:
-        evaluate(job, plan.store, mirror)
-    finally:
-        plan.store.close()
+    evaluate(job, plan.store, mirror)
     summary = summarise(plan, job, env)
     plan.store.write_json("summary.json", summary)
     mirror.finish([r for r in plan.store.records if r.id in {s.id for s in plan.samples}], summary)
-    print_summary(summary, plan.store.run_dir)
     return summary

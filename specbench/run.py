@@ -1,8 +1,8 @@
 """`specbench-run`: the Hydra app around one cell (`specbench/pipeline.py`, the stages).
 
 Composing and checking the config imports neither torch nor transformers, so a misspelt key is
-reported in about a second; the stages are imported once the config has composed. Every error a
-user can act on is one line on stderr.
+reported in about a second; the stages are imported once the config has composed. Every error a user can act on is one line on stderr, and Ctrl-C says how
+far the run got and how to resume it.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from specbench import paths
-from specbench.errors import ConfigError
+from specbench.errors import ConfigError, user_line
 from specbench.registry import discover_schemas
 from specbench.results.sweep import SweepSummary, write_outcome
 
 discover_schemas()  # method and task schemas must be in Hydra's ConfigStore before it composes
 
 GROUPS = ("target", "drafter", "method", "task", "logging", "run", "experiment")
+INTERRUPTED = 130  # the shell's code for a command ended by SIGINT
 
 
 def choices(group: str) -> list[str]:
@@ -62,8 +63,9 @@ def compose_error(err: Exception) -> str:
 
 def explain(err: Exception) -> tuple[str, int] | None:
     """The error line and exit code for an error a user can act on; None for a bug."""
-    if isinstance(err, ConfigError):
-        return str(err), 2
+    line = user_line(err)
+    if line is not None:
+        return line, 2 if isinstance(err, ConfigError) else 1
     if isinstance(err, (HydraException, OmegaConfBaseException)):
         return compose_error(err), 2
     return None
@@ -77,6 +79,20 @@ def fail(known: tuple[str, int] | None, err: Exception) -> NoReturn:
     raise SystemExit(known[1]) from None
 
 
+def interrupted(plan: Any) -> int:
+    """Report a Ctrl-C in one line: the samples recorded and how to resume."""
+    if plan is None:
+        say("interrupted before the run directory was opened; nothing was recorded")
+    else:
+        wanted = {s.id for s in plan.samples}
+        done = len(plan.store.done & wanted)
+        say(
+            f"interrupted: {done} of {len(wanted)} samples recorded in {plan.store.run_dir}; "
+            "rerun the same command to resume"
+        )
+    return INTERRUPTED
+
+
 @hydra.main(version_base="1.3", config_path=str(paths.CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> dict[str, Any] | None:
     """One cell. In a multirun a failing cell (a bad pairing, out of memory, ...) is recorded in
@@ -88,6 +104,8 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
     try:
         plan = pipeline.prepare(cfg)
         summary = pipeline.execute(plan)
+    except KeyboardInterrupt:  # a sweep stops too
+        raise SystemExit(interrupted(plan)) from None
     except Exception as err:
         known = explain(err)
         if not multirun:
@@ -121,6 +139,8 @@ def cli() -> None:
     try:
         check_group_choices(sys.argv[1:])
         main()
+    except KeyboardInterrupt:  # before the config composed
+        raise SystemExit(interrupted(None)) from None
     except Exception as err:
         fail(explain(err), err)
     if SweepSummary.failed:  # the other cells finished; the command still reports failure

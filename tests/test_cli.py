@@ -1,5 +1,6 @@
-"""`specbench-run` end to end in subprocesses: multirun, W&B offline, resume after SIGKILL, and
-a config error answered in one line before torch is imported."""
+"""`specbench-run` end to end in subprocesses: multirun, W&B offline, resume after SIGKILL and
+after Ctrl-C, two runs of one cell at once, a full disk, and a config error answered in one line
+before torch is imported."""
 
 from __future__ import annotations
 
@@ -50,6 +51,27 @@ def run_dirs(results: Path) -> list[Path]:
     return sorted(p.parent for p in results.glob("*/*/records.jsonl"))
 
 
+def recorded_ids(records: Path) -> list[str]:
+    return [json.loads(line)["id"] for line in records.read_text().splitlines()]
+
+
+def said(err: str) -> list[str]:
+    """specbench's own lines on stderr (transformers and W&B may print progress there too)."""
+    assert "Traceback" not in err, err
+    return [line for line in err.splitlines() if line.startswith("specbench:")]
+
+
+def records_once_written(proc: subprocess.Popen, results: Path, at_least: int) -> Path:
+    """The run's records file once it holds `at_least` samples, the run still going."""
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        found = list(results.glob("*/*/records.jsonl"))
+        if found and len(found[0].read_text().splitlines()) >= at_least:
+            return found[0]
+        time.sleep(0.05)
+    raise AssertionError("the run ended before it could be stopped")
+
+
 def test_multirun_over_two_methods_writes_one_run_dir_each(tmp_path: Path) -> None:
     results = tmp_path / "results"
     code, out, err = finish(
@@ -96,15 +118,7 @@ def test_a_run_killed_midway_resumes_and_holds_every_sample_once(tmp_path: Path)
         *FAST,
     ]
     proc = specbench(args, tmp_path)
-    deadline = time.time() + 240
-    records = None
-    while time.time() < deadline and proc.poll() is None:
-        found = list(results.glob("*/*/records.jsonl"))
-        if found and len(found[0].read_text().splitlines()) >= 3:
-            records = found[0]
-            break
-        time.sleep(0.05)
-    assert records is not None and proc.poll() is None, "run ended before it could be killed"
+    records = records_once_written(proc, results, at_least=3)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     done_before = len(records.read_text().splitlines())
@@ -112,9 +126,91 @@ def test_a_run_killed_midway_resumes_and_holds_every_sample_once(tmp_path: Path)
 
     code, out, err = finish(specbench(args, tmp_path))
     assert code == 0, err
-    ids = [json.loads(line)["id"] for line in records.read_text().splitlines()]
-    assert sorted(ids) == [f"demo-{i:02d}" for i in range(10)]
+    assert sorted(recorded_ids(records)) == [f"demo-{i:02d}" for i in range(10)]
     assert json.loads((records.parent / "summary.json").read_text())["n_samples"] == 10
+
+
+def test_ctrl_c_is_one_line_and_the_rerun_continues_the_same_wandb_run(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    args = [
+        "run.limit=10",
+        f"run.results_dir={results}",
+        "logging.wandb.mode=offline",
+        "run.max_new_tokens=48",
+        *FAST,
+    ]
+    proc = specbench(args, tmp_path)
+    records = records_once_written(proc, results, at_least=1)
+    proc.send_signal(signal.SIGINT)
+    code, out, err = finish(proc)
+    done = len(records.read_text().splitlines())
+    assert code == 130 and done < 10
+    assert said(err) == [
+        f"specbench: interrupted: {done} of 10 samples recorded in {records.parent}; "
+        "rerun the same command to resume"
+    ]
+    code, out, err = finish(specbench(args, tmp_path))
+    assert code == 0, err
+    assert sorted(recorded_ids(records)) == [f"demo-{i:02d}" for i in range(10)]
+    wandb_id = (records.parent / "wandb-id").read_text().strip()
+    runs = sorted(p.name for p in (records.parent / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(run.endswith(f"-{wandb_id}") for run in runs)
+
+
+def test_two_runs_of_one_cell_at_once_record_every_sample_once(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    args = [
+        "run.limit=4",
+        f"run.results_dir={results}",
+        "logging.wandb.mode=disabled",
+        "run.max_new_tokens=16",
+        *FAST,
+    ]
+    both = [specbench(args, tmp_path), specbench(args, tmp_path)]
+    (ran, _, _), (refused, _, err) = sorted((finish(p) for p in both), key=lambda r: r[0])
+    assert (ran, refused) == (0, 2), err
+    [line] = said(err)
+    holder = next(p.pid for p in both if p.returncode == 0)
+    assert f"is in use by pid {holder} on " in line and "run.wait_lock=true" in line
+    [run_dir] = run_dirs(results)
+    assert recorded_ids(run_dir / "records.jsonl") == [f"demo-{i:02d}" for i in range(4)]
+
+
+# the disk fills up while the second sample's record is written: half of it reaches the file
+FULL_DISK = """
+import errno, os
+from specbench.results import store
+write_all = store._write_all
+def full(fd, data):
+    if data.startswith(b'{"id": "demo-01"'):
+        write_all(fd, data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    write_all(fd, data)
+store._write_all = full
+"""
+
+
+def test_a_full_disk_is_one_line_and_the_rerun_resumes(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    args = [
+        "run.limit=4",
+        f"run.results_dir={results}",
+        "logging.wandb.mode=disabled",
+        "run.max_new_tokens=16",
+        *FAST,
+    ]
+    code, out, err = finish(specbench(args, tmp_path, code=FULL_DISK))
+    [run_dir] = sorted(p.parent for p in results.glob("*/*/config.yaml"))
+    records = run_dir / "records.jsonl"
+    assert code == 1
+    assert said(err) == [
+        f"specbench: error: no space left on the device writing {records}: free some and "
+        "rerun the same command (every recorded sample is kept)"
+    ]
+    code, out, err = finish(specbench(args, tmp_path))
+    assert code == 0, err
+    assert recorded_ids(records) == [f"demo-{i:02d}" for i in range(4)]
+    assert json.loads((run_dir / "summary.json").read_text())["n_samples"] == 4
 
 
 # prints, as the command ends, which of torch and transformers it imported

@@ -1,16 +1,29 @@
 """Append-only per-sample records with resume: the local files are the source of truth.
 
 A run directory holds `config.yaml` (resolved), `records.jsonl` (one line per finished sample,
-flushed and fsynced as it finishes), `summary.json` and `env.json`.
+written and fsynced as it finishes), `summary.json`, `env.json`, `wandb-id` (the W&B run it
+mirrors to) and `lock`. One process at a time writes there: it holds `lock` (flock, dropped by
+the OS when the process dies, so a crashed run leaves no stale lock). Every file but the
+records is replaced whole (temp file, fsync, rename), so a crash or a full disk leaves the old
+one; a records line cut short is dropped on resume. The directory stays resumable after any of
+them.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import secrets
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -20,7 +33,7 @@ from specbench.results.record import SCHEMA, Record
 # Keys that change how a run is driven or displayed but not what any record means: changing
 # them resumes the same run directory instead of starting a new one.
 VOLATILE_KEYS = {
-    "run": {"limit", "progress", "results_dir", "name", "experiment"},
+    "run": {"limit", "progress", "results_dir", "name", "experiment", "wait_lock"},
     "logging": None,
 }
 
@@ -61,7 +74,8 @@ def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def read_records(path: Path, repair: bool = False) -> list[dict[str, Any]]:
     """Every complete record. A cut last line (a crash mid-write) is dropped, and with `repair`
-    removed from the file so appends continue cleanly; a bad line elsewhere is an error."""
+    removed from the file so appends continue cleanly; a bad line elsewhere is an error, and
+    the file is left as it is."""
     if not path.exists():
         return []
     complete, _, tail = path.read_bytes().rpartition(b"\n")
@@ -73,7 +87,7 @@ def read_records(path: Path, repair: bool = False) -> list[dict[str, Any]]:
         except ValueError:
             if i < len(lines) - 1:
                 raise ValueError(
-                    f"{path}: line {i + 1} is corrupt and is not the last line"
+                    f"line {i + 1} of {len(lines)} is corrupt and later records follow it"
                 ) from None
             break
         good_bytes += len(line) + 1
@@ -83,38 +97,149 @@ def read_records(path: Path, repair: bool = False) -> list[dict[str, Any]]:
     return records
 
 
+def load_records(path: Path, run_id: str) -> list[Record]:
+    """The records of a run directory, a cut last line repaired; anything else wrong with the
+    file is one line naming it and the line, and the file is left untouched."""
+    try:
+        rows = read_records(path, repair=True)
+        return [_record(row, n) for n, row in enumerate(rows, start=1)]
+    except ValueError as err:
+        raise ConfigError(
+            "run.name",
+            run_id,
+            f"{path}: {err}; nothing was changed: repair or delete that line, or move the file "
+            "aside to start the cell over",
+        ) from None
+
+
+def _record(row: Any, line: int) -> Record:
+    try:
+        return Record.from_json(row)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"line {line}: {err}") from None
+
+
+@contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """An OSError while writing `path` names it (a full disk's error names no file)."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is not None:
+            raise
+        raise OSError(err.errno, err.strerror, str(path)) from err
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """All of `data`: os.write may write part of it (a disk filling up) before it fails."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Replace `path` whole or not at all: a crash or a full disk mid-write leaves the old file."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    with _writing(path):
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # mode as umask says
+        try:
+            try:
+                _write_all(fd, text.encode("utf-8"))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(path.parent, os.O_RDONLY)  # the rename itself survives a power cut
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def make_writable(root: Path, *parts: str) -> Path:
+    """`root / parts...`, created, after one file was written in it; one line naming
+    `run.results_dir` otherwise."""
+    directory = root.joinpath(*parts)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as err:
+        raise ConfigError(
+            "run.results_dir", str(root), f"must be writable ({err.strerror}: {err.filename})"
+        ) from None
+    return directory
+
+
+def lock(run_dir: Path, run_id: str, wait: bool) -> IO[str]:
+    """Hold `run_dir` for this process until the returned file closes. Held elsewhere, refuse
+    in one line naming the holder, or with `wait` wait for it to let go."""
+    fh = os.fdopen(os.open(run_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644), "r+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = fh.read().strip() or "another process"
+        if not wait:
+            fh.close()
+            raise ConfigError(
+                "run.name",
+                run_id,
+                f"{run_dir} is in use by {holder}; rerun when it ends, or with "
+                "run.wait_lock=true to wait for it",
+            ) from None
+        print(f"specbench: waiting for {holder} to finish with {run_dir}", file=sys.stderr)
+        fcntl.flock(fh, fcntl.LOCK_EX)
+    fh.seek(0)
+    fh.truncate()
+    since = time.strftime("%Y-%m-%d %H:%M:%S")
+    fh.write(f"pid {os.getpid()} on {socket.gethostname()} since {since}\n")
+    fh.flush()
+    return fh
+
+
+def stored_config(saved: Path, run_id: str) -> dict[str, Any] | None:
+    """The config a run directory's records were written by; None for a new directory."""
+    if not saved.exists():
+        return None
+    try:
+        old = yaml.safe_load(saved.read_text())
+    except yaml.YAMLError:
+        old = None
+    if not isinstance(old, dict):
+        raise ConfigError(
+            "run.name",
+            run_id,
+            f"{saved} is empty or not YAML (a write cut short by an older specbench); delete it "
+            f"to resume the records there under this config, or delete {saved.parent} to start "
+            "over",
+        )
+    return old
+
+
 class RunStore:
-    def __init__(self, run_dir: Path, config: dict[str, Any]):
+    def __init__(self, run_dir: Path, config: dict[str, Any], held: IO[str], run_id: str):
         self.run_dir = run_dir
         self.config = config
         self.records_path = run_dir / "records.jsonl"
-        try:
-            self.records = [Record.from_json(r) for r in read_records(self.records_path, True)]
-        except (ValueError, TypeError) as err:
-            raise ConfigError("run.name", run_dir.name, f"{self.records_path}: {err}") from None
+        self.records = load_records(self.records_path, run_id)
         self.done = {r.id for r in self.records}
-        self._fh = None
+        self._held = held
+        self._fd: int | None = None
 
     @classmethod
     def open(cls, config: dict[str, Any], run_id: str) -> RunStore:
-        """Checks that the results directory is writable and that an existing run directory was
-        written by the same config, then loads its finished records."""
+        """Checks that the results directory is writable, holds the run directory, checks that
+        what it holds was written by the same config, then loads its finished records."""
         run_cfg = config["run"]
-        root = Path(run_cfg["results_dir"])
-        run_dir = root / run_cfg["experiment"] / run_id
+        run_dir = make_writable(Path(run_cfg["results_dir"]), run_cfg["experiment"], run_id)
+        held = lock(run_dir, run_id, run_cfg["wait_lock"])
         try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            probe = run_dir / ".write-probe"
-            probe.write_text("")
-            probe.unlink()
-        except OSError as err:
-            raise ConfigError(
-                "run.results_dir", str(root), f"must be writable ({err.strerror})"
-            ) from None
-        saved = run_dir / "config.yaml"
-        if saved.exists():
-            old = yaml.safe_load(saved.read_text())
-            if config_hash(old) != config_hash(config):
+            saved = run_dir / "config.yaml"
+            old = stored_config(saved, run_id)
+            if old is not None and config_hash(old) != config_hash(config):
                 diff = "; ".join(config_diff(old, config))
                 raise ConfigError(
                     "run.name",
@@ -122,16 +247,19 @@ class RunStore:
                     f"{run_dir} holds records of a different config ({diff}); "
                     f"pass another run.name, or delete that directory to start fresh",
                 )
-        saved.write_text(yaml.safe_dump(config, sort_keys=False))
-        return cls(run_dir, config)
+            atomic_write(saved, yaml.safe_dump(config, sort_keys=False))
+            return cls(run_dir, config, held, run_id)
+        except BaseException:
+            held.close()
+            raise
 
     def append(self, record: Record) -> None:
         """Write one finished sample; it survives a crash the moment this returns."""
-        if self._fh is None:
-            self._fh = self.records_path.open("a", encoding="utf-8")
-        self._fh.write(json.dumps(record.to_json()) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        if self._fd is None:
+            self._fd = os.open(self.records_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        with _writing(self.records_path):
+            _write_all(self._fd, (json.dumps(record.to_json()) + "\n").encode("utf-8"))
+            os.fsync(self._fd)
         self.records.append(record)
         self.done.add(record.id)
 
@@ -144,11 +272,18 @@ class RunStore:
         return None
 
     def write_json(self, name: str, payload: dict[str, Any]) -> None:
-        tmp = self.run_dir / f".{name}.tmp"
-        tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-        os.replace(tmp, self.run_dir / name)
+        atomic_write(self.run_dir / name, json.dumps(payload, indent=2, default=str) + "\n")
+
+    def wandb_id(self) -> str:
+        """The W&B run this directory mirrors to, made once: a resumed run continues it."""
+        path = self.run_dir / "wandb-id"
+        if not path.exists():
+            atomic_write(path, secrets.token_hex(8) + "\n")
+        return path.read_text().strip()
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        """Stop writing and let go of the run directory."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._held.close()

@@ -1,22 +1,24 @@
 """W&B mirrors the local records; it is never the source of truth.
 
 The mode always comes from config (without one, wandb asks for an API key); offline runs are
-written inside the run's own directory.
+written inside the run's own directory. A run directory mirrors to one W&B run, its id kept in
+the directory (`RunStore.wandb_id`): a resumed run continues that W&B run instead of starting
+a second.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from specbench.results.record import Record
+from specbench.results.store import RunStore
 
 
 class WandbMirror:
     def __init__(
         self,
         wandb_cfg: dict[str, Any],
-        run_dir: Path,
+        store: RunStore,
         run_id: str,
         experiment: str,
         config: dict[str, Any],
@@ -32,8 +34,10 @@ class WandbMirror:
             entity=wandb_cfg["entity"],
             group=wandb_cfg["group"] or experiment,
             name=run_id,
+            id=store.wandb_id(),
+            resume="allow",
             mode=wandb_cfg["mode"],
-            dir=str(run_dir),
+            dir=str(store.run_dir),
             config=config,
             reinit="finish_previous",
         )
