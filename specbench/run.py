@@ -1,7 +1,8 @@
 """`specbench-run`: the Hydra app around one cell (`specbench/pipeline.py`, the stages).
 
-Composing and checking the config imports neither torch nor transformers, so a misspelt key is
-reported in about a second; the stages are imported once the config has composed. Every error a user can act on is one line on stderr, and Ctrl-C says how
+Composing and checking the config imports neither torch nor transformers, so a misspelt key or
+an unwritable results directory is reported in about a second; the stages are imported once the
+config has composed. Every error a user can act on is one line on stderr, and Ctrl-C says how
 far the run got and how to resume it.
 """
 
@@ -10,11 +11,13 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import fields, is_dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
@@ -22,6 +25,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from specbench import paths
 from specbench.errors import ConfigError, user_line
 from specbench.registry import discover_schemas
+from specbench.results.store import make_writable
 from specbench.results.sweep import SweepSummary, write_outcome
 
 discover_schemas()  # method and task schemas must be in Hydra's ConfigStore before it composes
@@ -77,6 +81,24 @@ def fail(known: tuple[str, int] | None, err: Exception) -> NoReturn:
         raise err
     say(f"error: {known[0]}")
     raise SystemExit(known[1]) from None
+
+
+class ResultsDirCheck(Callback):
+    """Refuse an unwritable `run.results_dir` before Hydra creates its output directory there
+    (Hydra turns a callback's exception into a warning and goes on, so this exits itself)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.check(config)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.check(config)
+
+    @staticmethod
+    def check(config: DictConfig) -> None:
+        try:
+            make_writable(Path(config.run.results_dir))
+        except ConfigError as err:
+            fail(explain(err), err)
 
 
 def interrupted(plan: Any) -> int:

@@ -1,6 +1,6 @@
 """`specbench-run` end to end in subprocesses: multirun, W&B offline, resume after SIGKILL and
-after Ctrl-C, two runs of one cell at once, a full disk, and a config error answered in one line
-before torch is imported."""
+after Ctrl-C, two runs of one cell at once, a full disk, and bad input answered in one line
+(before torch is imported where the config alone is wrong)."""
 
 from __future__ import annotations
 
@@ -247,6 +247,22 @@ def test_an_unknown_method_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     assert code == 2 and {"ar", "sps", "specdiff"} <= set(methods)
     assert err.strip().splitlines() == [
         f"specbench: error: method='nope': unknown method; allowed: {', '.join(methods)}"
+    ]
+
+
+@pytest.mark.parametrize("mode", [[], ["-m"]])
+def test_an_unwritable_results_dir_is_one_line_before_hydra_writes_there(
+    mode: list[str], tmp_path: Path
+) -> None:
+    """A path through a file: unwritable for root too (CI runs as root)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    results = blocker / "results"
+    code, out, err = finish(specbench([*mode, f"run.results_dir={results}"], tmp_path), timeout=120)
+    assert code == 2
+    assert err.strip().splitlines() == [
+        f"specbench: error: run.results_dir='{results}': must be writable "
+        f"(Not a directory: {results})"
     ]
 
 
