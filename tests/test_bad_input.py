@@ -107,6 +107,38 @@ def test_malformed_prompts_file_names_the_line(tmp_path: Path) -> None:
     assert "line 2" in fails([f"task.source={prompts}"], "task.source", str(prompts), tmp_path)
 
 
+def test_a_prompts_file_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
+    prompts = tmp_path / "latin1.jsonl"
+    prompts.write_bytes(b'{"id": "a", "prompt": "fine"}\n{"id": "b", "prompt": "caf\xe9"}\n')
+    message = fails([f"task.source={prompts}"], "task.source", str(prompts), tmp_path)
+    assert "line 2: not UTF-8 (byte 0xe9" in message
+
+
+def test_a_model_directory_that_does_not_exist(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model"
+    message = fails(
+        [f"target.name_or_path={missing}"], "target.name_or_path", str(missing), tmp_path
+    )
+    assert "no such directory" in message and "Repo id" not in message
+
+
+def test_a_directory_that_holds_no_model(tmp_path: Path) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "README.md").write_text("not a model")
+    message = fails([f"target.name_or_path={notes}"], "target.name_or_path", str(notes), tmp_path)
+    assert "holds no model (no config.json)" in message
+
+
+def test_a_model_directory_transformers_cannot_read(tmp_path: Path) -> None:
+    """transformers' own error (here: a config.json that is not JSON) becomes one line."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    message = fails([f"target.name_or_path={broken}"], "target.name_or_path", str(broken), tmp_path)
+    assert "cannot read its" in message
+
+
 def test_unwritable_results_dir(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")

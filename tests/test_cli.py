@@ -26,13 +26,15 @@ FAST = [
 ]
 
 
-def specbench(args: list[str], cwd: Path, code: str | None = None) -> subprocess.Popen:
+def specbench(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None, code: str | None = None
+) -> subprocess.Popen:
     """`specbench-run args`; `code` runs first in the same process (to break something)."""
     launch = ["-m", "specbench"] if code is None else ["-c", f"{code}\n{LAUNCH}"]
     return subprocess.Popen(
         [sys.executable, *launch, *args],
         cwd=cwd,
-        env=os.environ.copy(),
+        env=env or os.environ.copy(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -264,6 +266,23 @@ def test_an_unwritable_results_dir_is_one_line_before_hydra_writes_there(
         f"specbench: error: run.results_dir='{results}': must be writable "
         f"(Not a directory: {results})"
     ]
+
+
+def test_an_unreachable_hub_is_one_line_in_seconds(tmp_path: Path) -> None:
+    """A hub that refuses connections and an empty cache: no retries, one line."""
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        env.pop(name, None)
+    started = time.monotonic()
+    args = ["target=gpt2-xl", "drafter=gpt2", f"run.results_dir={tmp_path / 'results'}"]
+    code, out, err = finish(specbench(args, tmp_path, env=env), timeout=120)
+    assert code == 2 and time.monotonic() - started < 30
+    [line] = err.strip().splitlines()
+    assert line.startswith(
+        "specbench: error: target.name_or_path='openai-community/gpt2-xl': no such directory; "
+        "as a hub id: the hub (http://127.0.0.1:9) does not answer"
+    )
+    assert "the local cache has no copy" in line
 
 
 def test_help_lists_the_choices_of_each_group_and_no_schemas(tmp_path: Path) -> None:

@@ -11,7 +11,9 @@ import inspect
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from transformers import (
@@ -27,7 +29,10 @@ from specbench.config import ModelConfig
 from specbench.errors import ConfigError
 from specbench.models.causal import CausalLM, eos_token_ids
 from specbench.models.diffusion import ADAPTERS, MaskedDiffusionLM
+from specbench.models.hub import check_reference
 from specbench.registry import BUILTIN_MODELS, discover
+
+T = TypeVar("T")
 
 BUILTIN_PREFIX = "specbench:"
 DTYPES = {
@@ -43,6 +48,7 @@ def resolve(cfg: ModelConfig, key: str) -> str:
     checkpoint shipped in the package, or a random-init built-in written once to the cache."""
     ref = cfg.name_or_path
     if not ref.startswith(BUILTIN_PREFIX):
+        check_reference(ref, f"{key}.name_or_path", cfg.revision)
         return ref
     discover()
     name = ref[len(BUILTIN_PREFIX) :]
@@ -74,11 +80,34 @@ def _source_hash(builder) -> str:
     return hashlib.sha256(source).hexdigest()[:12]
 
 
+def _read(key: str, ref: str, what: str, read: Callable[[], T]) -> T:
+    """What transformers reads from a checkpoint; its error (a missing file, a tokenizer it
+    cannot build) as one line naming the key."""
+    try:
+        return read()
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as err:
+        first = (str(err).strip() or type(err).__name__).splitlines()[0]
+        raise ConfigError(key, ref, f"cannot read its {what}: {first}") from None
+
+
 def load_tokenizer(cfg: ModelConfig, key: str) -> PreTrainedTokenizerBase:
     if cfg.tokenizer:  # a checkpoint that ships none (mdlm-owt reads GPT-2's)
-        return AutoTokenizer.from_pretrained(cfg.tokenizer)
-    return AutoTokenizer.from_pretrained(
-        resolve(cfg, key), revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
+        check_reference(cfg.tokenizer, f"{key}.tokenizer", None, model=False)
+        return _read(
+            f"{key}.tokenizer",
+            cfg.tokenizer,
+            "tokenizer",
+            lambda: AutoTokenizer.from_pretrained(cfg.tokenizer),
+        )
+    return _read(
+        f"{key}.name_or_path",
+        cfg.name_or_path,
+        "tokenizer",
+        lambda: AutoTokenizer.from_pretrained(
+            resolve(cfg, key), revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
+        ),
     )
 
 
@@ -87,8 +116,13 @@ def context_length(cfg: ModelConfig, key: str) -> int | None:
     own config (no weights)."""
     if cfg.context_length:
         return cfg.context_length
-    config = AutoConfig.from_pretrained(
-        resolve(cfg, key), revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
+    config = _read(
+        f"{key}.name_or_path",
+        cfg.name_or_path,
+        "config",
+        lambda: AutoConfig.from_pretrained(
+            resolve(cfg, key), revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
+        ),
     )
     return max_positions(config)
 
@@ -105,7 +139,12 @@ MODEL_TYPES = {
 
 def checkpoint_config(cfg: ModelConfig, key: str) -> dict:
     """The checkpoint's config.json as a dict (no weights, no remote code)."""
-    config, _ = PretrainedConfig.get_config_dict(resolve(cfg, key), revision=cfg.revision)
+    config, _ = _read(
+        f"{key}.name_or_path",
+        cfg.name_or_path,
+        "config",
+        lambda: PretrainedConfig.get_config_dict(resolve(cfg, key), revision=cfg.revision),
+    )
     return config
 
 

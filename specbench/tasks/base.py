@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -114,14 +114,32 @@ class Task:
         return self.score(sample, answers[0])
 
 
-def read_jsonl(path: str, key: str, required: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Rows of a JSONL file; a bad line fails with its line number, before any weight loads."""
+def numbered_lines(fh: Any, key: str, path: str) -> Iterator[tuple[int, str]]:
+    """The lines of a file opened in binary, numbered from 1; a line that is not UTF-8 fails
+    naming its number, before any weight loads."""
+    for lineno, raw in enumerate(fh, start=1):
+        try:
+            yield lineno, raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ConfigError(
+                key,
+                path,
+                f"line {lineno}: not UTF-8 (byte 0x{raw[err.start]:02x} at byte {err.start + 1} "
+                "of the line); save the file as UTF-8",
+            ) from None
+
+
+def read_jsonl(
+    path: str, key: str, required: tuple[str, ...], opener: Callable[..., Any] = open
+) -> list[dict[str, Any]]:
+    """Rows of a JSONL file (`opener`: gzip.open for a .gz one); a bad line fails with its line
+    number, before any weight loads."""
     file = Path(path)
     if not file.is_file():
         raise ConfigError(key, path, "no such file; give a JSONL file path")
     rows = []
-    with file.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with opener(file, "rb") as fh:
+        for lineno, line in numbered_lines(fh, key, path):
             if not line.strip():
                 continue
             try:
@@ -150,14 +168,14 @@ def read_rows(path: str, key: str) -> list[dict[str, Any]]:
             key, path, "no such file; give 'hub' or a local .jsonl/.jsonl.gz/.json file"
         )
     if file.suffix == ".json":
-        rows = json.loads(file.read_text(encoding="utf-8"))
+        try:
+            rows = json.loads(file.read_bytes())
+        except ValueError as err:  # invalid JSON, or not UTF-8
+            raise ConfigError(key, path, f"not a JSON file in UTF-8: {err}") from None
         if not isinstance(rows, list):
             raise ConfigError(key, path, "a .json file must hold one array of records")
         return rows
-    if file.suffix == ".gz":
-        with gzip.open(file, "rt", encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
-    return read_jsonl(path, key, required=())
+    return read_jsonl(path, key, required=(), opener=gzip.open if file.suffix == ".gz" else open)
 
 
 def hub_rows(
@@ -165,6 +183,9 @@ def hub_rows(
 ) -> list[dict[str, Any]]:
     """A split from the Hugging Face hub (cached by `datasets`), or its `first` rows streamed;
     a failure names the config key that selects a local file instead."""
+    from specbench.models.hub import settle
+
+    settle()  # a hub that does not answer: datasets reads its cache, with no retries
     import datasets
 
     try:
