@@ -17,7 +17,7 @@ from specbench import paths
 from specbench.decoding.warp import Warp
 from specbench.metrics.summary import summarize
 from specbench.registry import METHODS, discover
-from specbench.report import figures, leaderboard
+from specbench.report import cli, figures, leaderboard
 from specbench.report.load import higher_is_better, load_runs
 from specbench.report.pareto import pareto_front
 from specbench.results.record import Record
@@ -112,6 +112,15 @@ def test_a_leaderboard_equals_hand_computed_values(tmp_path: Path) -> None:
     text = written[0].read_text()
     assert f"| {specdiff} | **2** |" in text and "_fixture machine_" in text
     assert "\\textbf{2}" in written[1].read_text()
+
+
+def test_the_leaderboard_command_prints_its_tables(tmp_path: Path, capsys) -> None:
+    write_run(tmp_path, {"method": "sps", "method.gamma": 4}, [record(0, 10, 2.0, 10, 2.5, 0.4)])
+    out = tmp_path / "out"
+    assert cli.main(["--results", str(tmp_path), "--out", str(out), "leaderboard"]) == 0
+    printed = capsys.readouterr().out
+    assert (out / "leaderboard.md").read_text() in printed
+    assert "| sps γ4 · tiny/tiny-ar |" in printed
 
 
 def test_cells_that_differ_only_in_target_stay_apart_and_are_never_averaged(tmp_path: Path) -> None:

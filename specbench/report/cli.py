@@ -1,6 +1,6 @@
 """`specbench-report`: leaderboards, Pareto plots and every experiments/ figure, from results.
 
-specbench-report --results results --out results/tables leaderboard
+specbench-report --results results --out results/tables leaderboard   # also printed
 specbench-report pareto --task tiny_code --quality nll
 specbench-report figures                # every spec in experiments/ and the README's headline
                                         # table (also `make figures`)
@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if args.command == "leaderboard":
             written = leaderboard.write(runs, out)
+            print(written[0].read_text())  # the Markdown tables, on the terminal too
         else:
             cells = runs[runs["task"] == args.task]
             higher = higher_is_better(args.task).get(args.quality, True)
