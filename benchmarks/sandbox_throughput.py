@@ -51,13 +51,15 @@ def old_sandbox(rev: str, where: Path):
         (where / name).write_text(text)
     spec = importlib.util.spec_from_file_location("old_sandbox", where / "sandbox.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
 
 def one_process_program(check: sandbox.Check) -> str:
-    """The old format: program, prelude and tests in one file."""
-    return f"{check.program}\n{check.prelude}\n{check.tests}"
+    """The old format: one file, the prelude (HumanEval's prompt, whose stub the program
+    redefines) first."""
+    return f"{check.prelude}\n{check.program}\n{check.tests}"
 
 
 def timed(judge, items, workers: int) -> tuple[float, int]:

@@ -93,11 +93,9 @@ def test_only_python_and_its_standard_library_are_visible(tmp_path: Path) -> Non
         f"seen = [p for p in {hidden!r} if os.path.exists(p)]\n"
         "return sorted(os.listdir('/')), seen, importlib.util.find_spec('torch') is None"
     )
-    mounted = [*sandbox.SYSTEM_LIBRARIES, *sandbox.DEVICES, "/proc", "/tmp"]
-    mounted += [target for _, target in sandbox.interpreter()[1]]
-    roots = sorted(
-        {p.split("/")[1] for p in mounted if os.path.exists(p) or p in ("/proc", "/tmp")}
-    )
+    mounted = [p for p in (*sandbox.SYSTEM_LIBRARIES, *sandbox.DEVICES) if os.path.exists(p)]
+    mounted += ["/proc", "/tmp", *(target for _, target in sandbox.interpreter()[1])]
+    roots = sorted({p.split("/")[1] for p in mounted})
     outcome = probe(body, (roots, [], True))
     assert outcome.passed, outcome.output
 
@@ -375,7 +373,7 @@ def test_a_staged_interpreter_someone_else_could_write_is_refused(tmp_path, monk
     (tmp_path / "lib" / "os.py").write_text("")
     (tmp_path / "lib" / "site-packages").mkdir()
     staged = sandbox._staged({"python": Path(sys.executable)}, tmp_path / "lib")
-    assert sorted(p.name for p in staged.iterdir()) == ["complete", "python", "stdlib"]
+    assert sorted(p.name for p in staged.iterdir()) == ["complete", "jail", "python", "stdlib"]
     assert [p.name for p in (staged / "stdlib").iterdir()] == ["os.py"]
     assert sandbox._staged({"python": Path(sys.executable)}, tmp_path / "lib") == staged
     staged.chmod(0o777)

@@ -246,7 +246,9 @@ def main():
     incoming, outgoing = os.fdopen(in_fd, "rb"), os.fdopen(out_fd, "wb")
     if role == "program":
         serve(incoming, outgoing)
-        return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # no interpreter teardown (a sixth of a check's time): nothing is left to run
     spec = loads(sys.stdin.buffer.read().decode())
     verdict_fd = os.dup(1)
     os.dup2(2, 1)  # what the tests print goes with the log, not into the verdict
@@ -254,6 +256,7 @@ def main():
     sys.stdout.flush()
     sys.stderr.flush()
     os.write(verdict_fd, dumps({"verdict": verdict}).encode())
+    os._exit(0)  # no interpreter teardown
 
 
 if __name__ == "__main__":
