@@ -265,6 +265,7 @@ def prepare(cfg: DictConfig) -> Plan:
         config.drafter = ModelConfig(name="none", name_or_path=None, kind="none")
     tokenizer, contexts = check_models(config, method)
     task, samples, max_new = load_samples(config)
+    task.check()
     method.check_task(task, samples)
     prompt_ids = {s.id: task.prompt_ids(tokenizer, s, config.target.chat_template) for s in samples}
     fit_context(config, prompt_ids, samples, contexts, max_new)

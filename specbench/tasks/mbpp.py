@@ -16,7 +16,7 @@ from specbench.errors import ConfigError
 from specbench.metrics import sandbox
 from specbench.registry import TaskSpec, register_task
 from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
-from specbench.tasks.humaneval import code_of
+from specbench.tasks.humaneval import code_of, require_sandbox
 
 TEST_IDS = range(11, 511)
 EXEMPLAR_IDS = (2, 3, 4)
@@ -117,7 +117,7 @@ class MbppTask(Task):
         ]
 
     def check(self) -> None:
-        sandbox.require()
+        require_sandbox(self.name)
 
     def code_check(self, sample: Sample, completion: str) -> sandbox.Check:
         """The program (with the problem's imports and setup code), judged by its asserts,
