@@ -21,8 +21,9 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(BIN)/specbench-run run.limit=20 $(DEMO_ARGS)
 
+# One test process per core (pytest-xdist); each worker keeps torch to one thread (conftest).
 test: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto
 
 lint: install
 	$(BIN)/ruff check specbench tests benchmarks tools

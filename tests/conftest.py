@@ -17,6 +17,12 @@ from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.models.loading import load_causal_lm, load_diffusion_lm
 from specbench.registry import discover
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one test process per core (make test runs two): a second intra-op thread would only
+    # contend with the other worker; subprocesses the tests start inherit the setting
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """The tests read real files from the shared data folder; without it, stop at once with the

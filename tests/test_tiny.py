@@ -82,7 +82,7 @@ def test_greedy_sps_on_the_tiny_world_is_lossless(tokenizer) -> None:
         json.loads(line) for line in (paths.TINY_DIR / "tiny_code.jsonl").read_text().splitlines()
     ]
     proposed = accepted = 0
-    for row in rows:
+    for row in rows[:40]:
         prompt = tokenizer(row["prompt"])["input_ids"]
         got = method.generate(prompt, 48, torch.Generator())
         assert got.tokens == baseline.generate(prompt, 48, torch.Generator()).tokens, row["id"]
