@@ -6,13 +6,14 @@ target/drafter, logging and run schemas and the top-level `Config` that ties the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from specbench import paths
+from specbench.errors import ConfigError
 
 
 @dataclass
@@ -98,3 +99,20 @@ def _register() -> None:
 
 
 _register()
+
+
+def refuse_stray_keys(node: DictConfig, prefix: str = "") -> None:
+    """A key that Hydra's `+key=value` added beside a schema's fields would be dropped without a
+    word when the config becomes typed objects (`+run.temprature=0.7` would run greedy)."""
+    kind = OmegaConf.get_type(node)
+    allowed = [f.name for f in fields(kind)] if is_dataclass(kind) else None
+    for key in node:
+        if allowed is not None and key not in allowed:
+            raise ConfigError(
+                f"{prefix}{key}",
+                OmegaConf.select(node, str(key)),
+                f"no such key in {kind.__name__}; allowed: {', '.join(allowed)}",
+            )
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            refuse_stray_keys(child, f"{prefix}{key}.")

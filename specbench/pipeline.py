@@ -87,6 +87,12 @@ def _check_run(run: Any) -> None:
 
 
 def _check_model(cfg: Any, key: str) -> None:
+    if not cfg.name_or_path:
+        raise ConfigError(
+            f"{key}.name_or_path",
+            cfg.name_or_path,
+            "give a hub id, a local model directory or specbench:<built-in>",
+        )
     if cfg.max_memory and not cfg.device_map:
         raise ConfigError(
             f"{key}.max_memory",

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from specbench import paths
+from specbench.config import refuse_stray_keys
 from specbench.errors import ConfigError, user_line
 from specbench.registry import discover_schemas
 from specbench.results.store import make_writable
@@ -119,6 +120,10 @@ def interrupted(plan: Any) -> int:
 def main(cfg: DictConfig) -> dict[str, Any] | None:
     """One cell. In a multirun a failing cell (a bad pairing, out of memory, ...) is recorded in
     its job's outcome and the sweep goes on; alone it fails the command."""
+    try:
+        refuse_stray_keys(cfg)
+    except ConfigError as err:
+        fail(explain(err), err)
     from specbench import pipeline  # torch and transformers: only once the config composes
 
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN

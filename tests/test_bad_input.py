@@ -71,6 +71,11 @@ def test_greedy_rule_with_sampling(tmp_path: Path) -> None:
     fails(["method.rule=greedy", "run.temperature=0.7"], "method.rule", "greedy", tmp_path)
 
 
+def test_a_target_without_a_path(tmp_path: Path) -> None:
+    """(A drafter without one is `test_speculative_method_without_a_drafter`.)"""
+    fails(["target.name_or_path=null"], "target.name_or_path", "None", tmp_path)
+
+
 def test_speculative_method_without_a_drafter(tmp_path: Path) -> None:
     fails(["drafter=none"], "drafter", "none", tmp_path)
 

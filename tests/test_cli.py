@@ -10,12 +10,14 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 import yaml
 
 from specbench import paths
+from specbench.config import RunConfig
 
 FAST = [
     "run.warmup=1",
@@ -232,6 +234,11 @@ atexit.register(lambda: print(sorted(m for m in ("torch", "transformers") if m i
         (
             "run.limit=many",
             "run.limit: Value 'many' of type 'str' could not be converted to Integer",
+        ),
+        (  # `+` adds a key beside the schema's fields, which typing would drop silently
+            "+run.temprature=0.7",
+            "run.temprature=0.7: no such key in RunConfig; allowed: "
+            + ", ".join(f.name for f in fields(RunConfig)),
         ),
     ],
 )
