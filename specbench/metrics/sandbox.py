@@ -45,6 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
+from subprocess import Popen
 
 from tqdm import tqdm
 
@@ -297,7 +298,7 @@ def _tail(path: Path) -> str:
         return fh.read().decode("utf-8", "replace")
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: Popen) -> None:
     """End a jail as a whole: nsjail, told to stop, kills its PID namespace and reaps it before
     exiting (SIGKILL to nsjail itself would leave the jail to die after this returns)."""
     if proc.poll() is None:
@@ -309,7 +310,7 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def _verdict(checker: subprocess.Popen, check: Check, limits: Limits) -> str:
+def _verdict(checker: Popen, check: Check, limits: Limits) -> str:
     """Hand the checker its spec and read its verdict, within the wall-clock limit."""
     try:
         verdict, _ = checker.communicate(json.dumps(asdict(check)).encode(), timeout=limits.wall_s)
@@ -321,51 +322,45 @@ def _verdict(checker: subprocess.Popen, check: Check, limits: Limits) -> str:
         return "failed"
 
 
+def _start(role: str, limits: Limits, slot: int, fds: tuple[int, int], **streams) -> Popen:
+    return subprocess.Popen(
+        _jail(role, limits, slot, fds), pass_fds=fds, start_new_session=True, **streams
+    )
+
+
 def run(check: Check, limits: Limits = Limits()) -> Outcome:
     """Judge one program: start both jails, wait for the checker's verdict or the wall clock,
     then end both and remove their logs."""
     slot = _take_slot()
     logs = Path(tempfile.mkdtemp(prefix="specbench-sandbox-"))
-    calls_in, calls_out = os.pipe()
-    answers_in, answers_out = os.pipe()
-    jails: list[subprocess.Popen] = []
+    jails: list[Popen] = []
     started = time.perf_counter()
     try:
-        with (logs / "program").open("wb") as out, (logs / "checker").open("wb") as err:
-            jails.append(
-                subprocess.Popen(
-                    _jail("program", limits, slot, (calls_in, answers_out)),
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    pass_fds=(calls_in, answers_out),
-                    start_new_session=True,
-                )
-            )
-            jails.append(
-                subprocess.Popen(
-                    _jail("checker", limits, slot, (answers_in, calls_out)),
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=err,
-                    pass_fds=(answers_in, calls_out),
-                    start_new_session=True,
-                )
-            )
-        for fd in (calls_in, calls_out, answers_in, answers_out):  # the jails hold them now
-            os.close(fd)
-        calls_in = calls_out = answers_in = answers_out = -1
-        status = _verdict(jails[1], check, limits)
-        for proc in jails:
+        calls_in, calls_out = os.pipe()
+        answers_in, answers_out = os.pipe()
+        try:
+            with (logs / "program").open("wb") as out, (logs / "checker").open("wb") as err:
+                program = _start(
+                    "program", limits, slot, (calls_in, answers_out),
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                )  # fmt: skip
+                jails.append(program)
+                checker = _start(
+                    "checker", limits, slot, (answers_in, calls_out),
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                )  # fmt: skip
+                jails.append(checker)
+        finally:
+            for fd in (calls_in, calls_out, answers_in, answers_out):  # the jails hold copies
+                os.close(fd)
+        status = _verdict(checker, check, limits)
+        for proc in jails:  # before reading the logs: nothing writes to them after this
             _stop(proc)
         output = _tail(logs / "program") + _tail(logs / "checker")
         return Outcome(status == "passed", status, time.perf_counter() - started, output)
     finally:
         for proc in jails:
             _stop(proc)
-        for fd in (calls_in, calls_out, answers_in, answers_out):
-            if fd >= 0:
-                os.close(fd)
         shutil.rmtree(logs, ignore_errors=True)
         _slots.put(slot)
 
