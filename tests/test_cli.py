@@ -112,15 +112,20 @@ def test_multirun_over_two_methods_writes_one_run_dir_each(tmp_path: Path) -> No
     assert "speedup" in out  # the summary table was printed
 
 
-def test_a_run_killed_midway_resumes_and_holds_every_sample_once(tmp_path: Path) -> None:
-    results = tmp_path / "results"
-    args = [
-        "run.limit=10",
+def cell_args(results: Path, limit: int, wandb: str, new_tokens: int) -> list[str]:
+    """One demo cell, fast: the overrides the resume, lock and full-disk tests rerun."""
+    return [
+        f"run.limit={limit}",
         f"run.results_dir={results}",
-        "logging.wandb.mode=disabled",
-        "run.max_new_tokens=48",
+        f"logging.wandb.mode={wandb}",
+        f"run.max_new_tokens={new_tokens}",
         *FAST,
     ]
+
+
+def test_a_run_killed_midway_resumes_and_holds_every_sample_once(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    args = cell_args(results, limit=10, wandb="disabled", new_tokens=48)
     proc = specbench(args, tmp_path)
     records = records_once_written(proc, results, at_least=3)
     proc.send_signal(signal.SIGKILL)
@@ -136,13 +141,7 @@ def test_a_run_killed_midway_resumes_and_holds_every_sample_once(tmp_path: Path)
 
 def test_ctrl_c_is_one_line_and_the_rerun_continues_the_same_wandb_run(tmp_path: Path) -> None:
     results = tmp_path / "results"
-    args = [
-        "run.limit=10",
-        f"run.results_dir={results}",
-        "logging.wandb.mode=offline",
-        "run.max_new_tokens=48",
-        *FAST,
-    ]
+    args = cell_args(results, limit=10, wandb="offline", new_tokens=48)
     proc = specbench(args, tmp_path)
     records = records_once_written(proc, results, at_least=1)
     proc.send_signal(signal.SIGINT)
@@ -163,13 +162,7 @@ def test_ctrl_c_is_one_line_and_the_rerun_continues_the_same_wandb_run(tmp_path:
 
 def test_two_runs_of_one_cell_at_once_record_every_sample_once(tmp_path: Path) -> None:
     results = tmp_path / "results"
-    args = [
-        "run.limit=4",
-        f"run.results_dir={results}",
-        "logging.wandb.mode=disabled",
-        "run.max_new_tokens=16",
-        *FAST,
-    ]
+    args = cell_args(results, limit=4, wandb="disabled", new_tokens=16)
     both = [specbench(args, tmp_path), specbench(args, tmp_path)]
     (ran, _, _), (refused, _, err) = sorted((finish(p) for p in both), key=lambda r: r[0])
     assert (ran, refused) == (0, 2), err
@@ -196,13 +189,7 @@ store._write_all = full
 
 def test_a_full_disk_is_one_line_and_the_rerun_resumes(tmp_path: Path) -> None:
     results = tmp_path / "results"
-    args = [
-        "run.limit=4",
-        f"run.results_dir={results}",
-        "logging.wandb.mode=disabled",
-        "run.max_new_tokens=16",
-        *FAST,
-    ]
+    args = cell_args(results, limit=4, wandb="disabled", new_tokens=16)
     code, out, err = finish(specbench(args, tmp_path, code=FULL_DISK))
     [run_dir] = sorted(p.parent for p in results.glob("*/*/config.yaml"))
     records = run_dir / "records.jsonl"
