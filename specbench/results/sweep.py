@@ -15,6 +15,8 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
+from specbench.results.store import atomic_write
+
 
 def write_outcome(status: str, run_id: str | None, error: BaseException | None = None) -> None:
     """This job's outcome, in its Hydra output directory: ok, complete (skipped), or failed."""
@@ -30,7 +32,7 @@ def write_outcome(status: str, run_id: str | None, error: BaseException | None =
         outcome["traceback"] = "".join(traceback.format_exception(error))
     out = Path(hydra.runtime.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "outcome.json").write_text(json.dumps(outcome, indent=1))
+    atomic_write(out / "outcome.json", json.dumps(outcome, indent=1))  # read by another process
 
 
 def summarize_sweep(sweep_dir: Path) -> dict[str, Any]:
@@ -41,7 +43,7 @@ def summarize_sweep(sweep_dir: Path) -> dict[str, Any]:
         "failed": [o for o in outcomes if o["status"] == "failed"],
         "outcomes": [{k: v for k, v in o.items() if k != "traceback"} for o in outcomes],
     }
-    (sweep_dir / "sweep_summary.json").write_text(json.dumps(summary, indent=1))
+    atomic_write(sweep_dir / "sweep_summary.json", json.dumps(summary, indent=1))
     return summary
 
 
