@@ -267,24 +267,29 @@ HELD = {
 
 
 @pytest.mark.parametrize("name", HELD)
-def test_resource_attacks_end_at_their_limit_and_leave_nothing(name: str) -> None:
+def test_resource_attacks_end_at_their_limit_and_leave_nothing(name, tmp_path, monkeypatch) -> None:
+    """Outside uids and log directory of this test alone: other test workers judge programs at
+    the same time."""
+    interpreter = sandbox.interpreter()  # staged where every test stages it
+    monkeypatch.setattr(sandbox, "FIRST_OUTSIDE_ID", 2_000_000 + os.getpid())
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     started = time.perf_counter()
     outcome = judge(WRONG + HELD[name])
+    assert sandbox.interpreter() == interpreter
     assert not outcome.passed and time.perf_counter() - started < LIMITS.wall_s + 3
-    assert sandbox_processes() == []
-    assert not list(Path(tempfile.gettempdir()).glob("specbench-sandbox-*"))
+    assert sandbox_processes(range(sandbox.FIRST_OUTSIDE_ID, sandbox.FIRST_OUTSIDE_ID + 64)) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"specbench-sandbox-slots-{os.geteuid()}"]
 
 
-def sandbox_processes() -> list[str]:
-    """Processes still running as any of the sandbox's outside uids (root) or in a jail."""
+def sandbox_processes(uids: range) -> list[str]:
+    """Processes still running as any of `uids`."""
     left = []
     for entry in Path("/proc").iterdir():
         try:
             status = (entry / "status").read_text()
         except (OSError, ValueError):
             continue
-        uid = int(status.split("Uid:")[1].split()[0])
-        if uid == sandbox.INSIDE_ID or uid >= sandbox.FIRST_OUTSIDE_ID:
+        if int(status.split("Uid:")[1].split()[0]) in uids:
             left.append(status.split("\n", 1)[0])
     return left
 

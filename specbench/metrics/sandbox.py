@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import ast
 import builtins
+import fcntl
 import hashlib
 import importlib.util
 import json
 import math
 import os
 import py_compile
-import queue
 import shutil
 import signal
 import stat
@@ -38,7 +38,6 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +45,7 @@ from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 from subprocess import Popen
+from typing import IO
 
 from tqdm import tqdm
 
@@ -240,21 +240,23 @@ def interpreter() -> tuple[str, tuple[tuple[str, str], ...]]:
     return str(executable), tuple(binds)
 
 
-_slots: queue.SimpleQueue[int] = queue.SimpleQueue()
-_slot_count = 0
-_slot_lock = threading.Lock()
-
-
-def _take_slot() -> int:
-    """A slot no running check holds: as root, its own outside uid, so one check's threads
-    never count against another's limit."""
-    global _slot_count
-    try:
-        return _slots.get_nowait()
-    except queue.Empty:
-        with _slot_lock:
-            _slot_count += 1
-            return _slot_count - 1
+def _take_slot() -> tuple[int, IO[str]]:
+    """A slot no running check on this machine holds, and the open lock file that holds it
+    (closing it lets go): as root, the slot is its own outside uid, so one check's threads never
+    count against another's limit, across threads, sweep jobs and test workers alike."""
+    directory = Path(tempfile.gettempdir()) / f"specbench-sandbox-slots-{os.geteuid()}"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    if not _owned(directory):
+        raise SandboxUnavailable(f"{directory} is not this user's own directory: remove it")
+    slot = 0
+    while True:
+        held = (directory / str(slot)).open("a")
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return slot, held
+        except BlockingIOError:
+            held.close()
+            slot += 1
 
 
 def _jail(role: str, limits: Limits, slot: int, fds: tuple[int, int]) -> list[str]:
@@ -331,7 +333,7 @@ def _start(role: str, limits: Limits, slot: int, fds: tuple[int, int], **streams
 def run(check: Check, limits: Limits = Limits()) -> Outcome:
     """Judge one program: start both jails, wait for the checker's verdict or the wall clock,
     then end both and remove their logs."""
-    slot = _take_slot()
+    slot, held = _take_slot()
     logs = Path(tempfile.mkdtemp(prefix="specbench-sandbox-"))
     jails: list[Popen] = []
     started = time.perf_counter()
@@ -362,7 +364,7 @@ def run(check: Check, limits: Limits = Limits()) -> Outcome:
         for proc in jails:
             _stop(proc)
         shutil.rmtree(logs, ignore_errors=True)
-        _slots.put(slot)
+        held.close()
 
 
 @cache
