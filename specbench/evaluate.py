@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from specbench import interrupt
 from specbench.decoding.generation import Decoder, Generation, Stop
 from specbench.method import Method
 from specbench.metrics.summary import first_divergence
@@ -157,6 +158,7 @@ def evaluate(job: Job, store: RunStore, mirror: WandbMirror) -> None:
     tokens = seconds = calls = 0.0
     names = list(arms)
     for k, sample in enumerate(bar):
+        interrupt.check()
         order = names[k % len(names) :] + names[: k % len(names)]  # each arm leads in turn
         decoded = {name: decode(job, arms[name], sample) for name in order}
         rec = record(job, sample, decoded)

@@ -373,7 +373,11 @@ def measure(plan: Plan) -> dict[str, Any]:
         config.run.experiment,
         plan.identity,
     )
-    evaluate(job, plan.store, mirror)
+    try:
+        evaluate(job, plan.store, mirror)
+    except KeyboardInterrupt:
+        mirror.interrupted()
+        raise
     summary = summarise(plan, job, env)
     plan.store.write_json("summary.json", summary)
     mirror.finish([r for r in plan.store.records if r.id in {s.id for s in plan.samples}], summary)

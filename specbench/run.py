@@ -25,6 +25,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from specbench import paths
 from specbench.config import refuse_stray_keys
 from specbench.errors import ConfigError, user_line
+from specbench.interrupt import EXIT_CODE, on_ctrl_c
 from specbench.registry import discover_schemas
 from specbench.results.store import make_writable
 from specbench.results.sweep import SweepSummary, write_outcome
@@ -32,7 +33,6 @@ from specbench.results.sweep import SweepSummary, write_outcome
 discover_schemas()  # method and task schemas must be in Hydra's ConfigStore before it composes
 
 GROUPS = ("target", "drafter", "method", "task", "logging", "run", "experiment")
-INTERRUPTED = 130  # the shell's code for a command ended by SIGINT
 
 
 def choices(group: str) -> list[str]:
@@ -113,7 +113,7 @@ def interrupted(plan: Any) -> int:
             f"interrupted: {done} of {len(wanted)} samples recorded in {plan.store.run_dir}; "
             "rerun the same command to resume"
         )
-    return INTERRUPTED
+    return EXIT_CODE
 
 
 @hydra.main(version_base="1.3", config_path=str(paths.CONF_DIR), config_name="config")
@@ -164,8 +164,9 @@ def cli() -> None:
     # one line below
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
-        check_group_choices(sys.argv[1:])
-        main()
+        with on_ctrl_c():
+            check_group_choices(sys.argv[1:])
+            main()
     except KeyboardInterrupt:  # before the config composed
         raise SystemExit(interrupted(None)) from None
     except Exception as err:

@@ -1,6 +1,6 @@
 """`specbench-run` end to end in subprocesses: multirun, W&B offline, resume after SIGKILL and
-after Ctrl-C, two runs of one cell at once, a full disk, and bad input answered in one line
-(before torch is imported where the config alone is wrong)."""
+after Ctrl-C (also one a library swallowed), two runs of one cell at once, a full disk, and bad
+input answered in one line (before torch is imported where the config alone is wrong)."""
 
 from __future__ import annotations
 
@@ -152,12 +152,41 @@ def test_ctrl_c_is_one_line_and_the_rerun_continues_the_same_wandb_run(tmp_path:
         f"specbench: interrupted: {done} of 16 samples recorded in {records.parent}; "
         "rerun the same command to resume"
     ]
+    [first] = (records.parent / "wandb").glob("offline-run-*")
+    assert "got exitcode: 130" in (first / "logs" / "debug.log").read_text()  # not "finished"
     code, out, err = finish(specbench(args, tmp_path))
     assert code == 0, err
     assert sorted(recorded_ids(records)) == [f"demo-{i:02d}" for i in range(16)]
     wandb_id = (records.parent / "wandb-id").read_text().strip()
     runs = sorted(p.name for p in (records.parent / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and all(run.endswith(f"-{wandb_id}") for run in runs)
+
+
+# Ctrl-C while the first sample is mirrored, inside a finalizer, which swallows the exception
+SWALLOWED_CTRL_C = """
+import os, signal
+from specbench.results.wandb import WandbMirror
+class Swallows:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100_000):
+            pass
+def log_sample(self, record):
+    Swallows()
+WandbMirror.log_sample = log_sample
+"""
+
+
+def test_a_swallowed_ctrl_c_stops_the_run_at_the_next_sample(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    args = cell_args(results, limit=4, wandb="disabled", new_tokens=16)
+    code, out, err = finish(specbench(args, tmp_path, code=SWALLOWED_CTRL_C))
+    [run_dir] = run_dirs(results)
+    assert code == 130, err
+    assert said(err) == [
+        f"specbench: interrupted: 1 of 4 samples recorded in {run_dir}; "
+        "rerun the same command to resume"
+    ]
 
 
 def test_two_runs_of_one_cell_at_once_record_every_sample_once(tmp_path: Path) -> None:

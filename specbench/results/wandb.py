@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specbench.interrupt import EXIT_CODE
 from specbench.results.record import Record
 from specbench.results.store import RunStore
 
@@ -92,3 +93,8 @@ class WandbMirror:
         )
         self.run.summary.update({f"quality/{k}": v for k, v in summary.get("quality", {}).items()})
         self.run.finish()
+
+    def interrupted(self) -> None:
+        """End the W&B run as interrupted (not finished); the rerun resumes it by its id."""
+        if self.run is not None:
+            self.run.finish(exit_code=EXIT_CODE)
