@@ -23,7 +23,7 @@ class ModelConfig:
 
     name: str = MISSING
     name_or_path: str | None = MISSING
-    kind: str = "causal"  # causal | diffusion | none
+    kind: str = "causal"  # causal | diffusion | dflash (a DFlash drafter) | none
     adapter: str | None = None  # diffusion models: tiny | mdlm | dream | llada
     mask_token_id: int | None = None  # diffusion models: null reads the model's config
     context_length: int | None = None  # null reads the model's config

@@ -188,6 +188,9 @@ def check_models(config: Config, method: Method) -> tuple[Any, list[tuple[str, i
     contexts = [("target", loading.context_length(config.target, "target"))]
     if method.drafter_kind is None:
         return tokenizer, contexts
+    if method.drafter_kind == "dflash":  # no tokenizer of its own: it reads the target's states
+        loading.check_dflash_drafter(config.drafter, config.target)
+        return tokenizer, contexts
     why = _same_tokenizer(
         tokenizer,
         loading.load_tokenizer(config.drafter, "drafter"),
@@ -288,16 +291,21 @@ def load_models(plan: Plan) -> tuple[Any, Any]:
     """The target and, if the method takes one, the drafter, on the run's device and dtype."""
     config, load = (
         plan.config,
-        {"causal": loading.load_causal_lm, "diffusion": loading.load_diffusion_lm},
+        {
+            "causal": loading.load_causal_lm,
+            "diffusion": loading.load_diffusion_lm,
+            "dflash": loading.load_dflash_drafter,
+        },
     )
     if config.run.threads:
         torch.set_num_threads(config.run.threads)
     target = load[config.target.kind](config.target, "target", plan.device, config.run.dtype)
     drafter = None
     if plan.method.drafter_kind is not None:
-        drafter = load[config.drafter.kind](
-            config.drafter, "drafter", plan.device, config.run.dtype
-        )
+        kind = config.drafter.kind
+        # a DFlash drafter computes on the target's hidden states, in the target's dtype
+        dtype = config.target.dtype or config.run.dtype if kind == "dflash" else config.run.dtype
+        drafter = load[kind](config.drafter, "drafter", plan.device, dtype)
     return target, drafter
 
 

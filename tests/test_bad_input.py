@@ -26,6 +26,7 @@ def no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(loading, "load_causal_lm", refuse)
     monkeypatch.setattr(loading, "load_diffusion_lm", refuse)
+    monkeypatch.setattr(loading, "load_dflash_drafter", refuse)
     monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(refuse))
 
 
@@ -78,6 +79,55 @@ def test_a_target_without_a_path(tmp_path: Path) -> None:
 
 def test_speculative_method_without_a_drafter(tmp_path: Path) -> None:
     fails(["drafter=none"], "drafter", "none", tmp_path)
+
+
+DFLASH = ["method=dflash", "drafter=random-dflash"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "value", "why"),
+    [
+        (["drafter=random-gpt2-draft"], "drafter.kind", "causal", "needs a dflash drafter"),
+        (
+            ["target=tiny"],
+            "drafter.name_or_path",
+            "random-dflash",
+            "hidden size 128, the target 320",
+        ),
+        (
+            ["drafter.name_or_path=specbench:tiny-ar"],
+            "drafter.name_or_path",
+            "tiny-ar",
+            "not a DFlash",
+        ),
+        (["drafter.dtype=float16"], "drafter.dtype", "float16", "the target's dtype"),
+        (["method.block_size=1"], "method.block_size", "1", ">= 2"),
+    ],
+)
+def test_a_dflash_drafter_that_cannot_read_the_target(
+    overrides: list[str], key: str, value: str, why: str, tmp_path: Path
+) -> None:
+    assert why in fails([*DFLASH, *overrides], key, value, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("setting", "why"),
+    [
+        ({"target_layer_ids": [1, 7]}, "reads target layers [1, 7]; the target has 4"),
+        ({"mask_token_id": 60000}, "mask_token_id 60000; the target's vocabulary is 50257"),
+    ],
+)
+def test_a_dflash_checkpoint_naming_what_the_target_lacks(
+    setting: dict, why: str, tmp_path: Path
+) -> None:
+    from specbench.models.random_dflash import dflash_config
+    from specbench.models.random_init import random_target
+
+    config = dflash_config(random_target().config, [1, 2], 8, mask_token_id=0)
+    config.dflash_config.update(setting)
+    config.save_pretrained(tmp_path / "drafter")  # its config is all the check reads
+    override = f"drafter.name_or_path={tmp_path / 'drafter'}"
+    assert why in fails([*DFLASH, override], "drafter.name_or_path", "drafter", tmp_path)
 
 
 def test_drafter_with_another_tokenizer(tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ def test_every_registered_method_declares_what_the_harness_asks() -> None:
         cls = METHODS[name]
         assert cls.name == name and cls.Config().name == name
         assert cls.target_kind in ("causal", "diffusion")
-        assert cls.drafter_kind in (None, "causal", "diffusion")
+        assert cls.drafter_kind in (None, "causal", "diffusion", "dflash")
         assert cls.round_unit in (None, "tokens", "steps")
         assert cls(cls.Config(), Warp()).label().startswith(name)
 

@@ -58,6 +58,16 @@ class DiffuSpecConfig:
 
 
 @dataclass
+class DFlashConfig:
+    name: str = "dflash"
+    # positions per drafter block (the anchor token plus block_size - 1 drafts); null: the
+    # checkpoint's own (z-lab's Qwen3 checkpoints: 16)
+    block_size: int | None = None
+    rule: str = "auto"  # greedy at temperature 0, rejection above; or a lenient rule (verify.py)
+    leniency: float = 1.0  # the lenient rules' knob: ratio l, floor epsilon, top-k k, typical eps
+
+
+@dataclass
 class SpatialConfig:
     """The knobs every diffusion-LLM decoder shares (the method configs extend it)."""
 
@@ -112,6 +122,7 @@ def _register() -> None:
         SpSConfig,
         SpecDiffConfig,
         DiffuSpecConfig,
+        DFlashConfig,
         DLLMConfig,
         PSDConfig,
         SpiffyConfig,

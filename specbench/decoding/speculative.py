@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Protocol
 
 import torch
@@ -15,12 +16,30 @@ from specbench.metrics.speed import Stopwatch
 from specbench.models.causal import CausalLM
 
 
-class Drafter(Protocol):
+class Drafter(ABC):
+    """Proposes the next tokens after a context. A drafter that reads the target (DFlash,
+    EAGLE-style) names the decoder layers it wants in `hidden_layers`: verification then
+    captures them, and `observe` shows the drafter every position the target has newly
+    accepted before it drafts again. Token-only drafters leave it empty, and verification
+    captures nothing for them."""
+
     calls: int
+    hidden_layers: tuple[int, ...] = ()
 
-    def reset(self) -> None: ...
+    @abstractmethod
+    def reset(self) -> None:
+        """Forget the previous sequence."""
 
-    def draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft: ...
+    @abstractmethod
+    def draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft:
+        """Up to `n` tokens to follow `context` (fewer at a stop token)."""
+
+    def observe(self, hidden: torch.Tensor) -> None:
+        """The `hidden_layers` outputs [positions, len(layers) * hidden] at the positions the
+        last verification committed to the target's cache: the prompt in the first round,
+        then the round's first token and the accepted drafts, the newest token (not yet fed
+        to the target) excluded. Token-only drafters ignore it."""
+        return None
 
 
 class DraftLength(Protocol):
@@ -70,6 +89,7 @@ class SpeculativeDecoder:
         stop: Stop | None = None,
     ) -> Generation:
         target, drafter = self.target, self.drafter
+        layers = drafter.hidden_layers
         stop = stop or Stop(frozenset(target.eos_token_ids))
         clock = Stopwatch(target.device)
         target_calls, drafter_calls, positions = target.calls, drafter.calls, target.positions
@@ -85,11 +105,15 @@ class SpeculativeDecoder:
         while len(tokens) < max_new_tokens:
             n_draft = min(gamma, max_new_tokens - len(tokens) - 1)  # a round emits <= n_draft + 1
             draft = drafter.draft(prompt_ids + tokens, n_draft, generator)
-            logits = target.forward_tokens(unread + draft.tokens, keep=len(draft.tokens) + 1)
+            logits = target.forward_tokens(
+                unread + draft.tokens, keep=len(draft.tokens) + 1, hidden_layers=layers
+            )
             n_accepted, next_token = self.rule(
                 logits, draft.q_probs, draft.tokens, self.warp, generator
             )
             target.rollback(target.length - (len(draft.tokens) - n_accepted))
+            if layers:
+                drafter.observe(target.hidden[: len(unread) + n_accepted])
             start = len(tokens)
             tokens += draft.tokens[:n_accepted] + [next_token]
             end = stop.first(tokens, start)

@@ -60,9 +60,15 @@ def verdict(predicted: float, measured: float | None) -> dict[str, Any]:
     }
 
 
-def speculative(decoder: Any, prompt_ids: list[int], summary: dict[str, Any]) -> dict[str, Any]:
+def speculative(
+    decoder: Any,
+    prompt_ids: list[int],
+    summary: dict[str, Any],
+    before_draft: Callable[[list[int]], Any] = lambda context: None,
+) -> dict[str, Any]:
     """A `SpeculativeDecoder`'s prediction: acceptance by position and calls per round from the
-    records, forward costs timed on its own target and drafter."""
+    records, forward costs timed on its own target and drafter. `before_draft(context)` gives
+    a drafter that reads the target what a round's verification would have shown it."""
     rounds = summary["n_rounds"]
     if not rounds:
         return {}
@@ -87,10 +93,13 @@ def speculative(decoder: Any, prompt_ids: list[int], summary: dict[str, Any]) ->
     generator = torch.Generator(device=target.device)
     grow = max(1, round(summary["tau"]))
     contexts = iter([prompt_ids + [prompt_ids[-1]] * (grow * i) for i in range(64)])
-    nfe = [drafter.draft(prompt_ids, n, generator).nfe]
-    drafter_ms = median_ms(
-        lambda: nfe.append(drafter.draft(next(contexts), n, generator).nfe), target.device
-    )
+
+    def draft(context: list[int]) -> int:
+        before_draft(context)
+        return drafter.draft(context, n, generator).nfe
+
+    nfe = [draft(prompt_ids)]
+    drafter_ms = median_ms(lambda: nfe.append(draft(next(contexts))), target.device)
     forward_ms = {
         "target_1": verify(1),
         f"target_{n + 1}": verify(n + 1),

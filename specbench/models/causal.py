@@ -27,6 +27,7 @@ class CausalLM:
             False  # benchmarks switch this on to split model time from harness time
         )
         self.forward_s = 0.0
+        self.hidden: torch.Tensor | None = None  # the layers `forward_tokens` was asked for
         self.reset()
 
     def reset(self) -> None:
@@ -34,15 +35,33 @@ class CausalLM:
         self.length = 0
 
     @torch.inference_mode()
-    def forward_tokens(self, ids: list[int], keep: int | None = None) -> torch.Tensor:
+    def forward_tokens(
+        self, ids: list[int], keep: int | None = None, hidden_layers: tuple[int, ...] = ()
+    ) -> torch.Tensor:
         """Append `ids` to the cached sequence; return float32 logits of the last `keep` positions
-        (all by default), row i predicting the token after position i."""
+        (all by default), row i predicting the token after position i.
+
+        With `hidden_layers`, `self.hidden` becomes the outputs of those decoder layers (0-based)
+        at every position fed, concatenated along features: [len(ids), len(layers) * hidden].
+        Only those layers are captured, and nothing without them."""
         keep = len(ids) if keep is None else keep
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
+        # hidden_states[0] is the embeddings' output, hidden_states[l + 1] layer l's
+        capture = (
+            {"output_hidden_states": [layer + 1 for layer in hidden_layers]}
+            if hidden_layers
+            else {}
+        )
         if self.time_forwards:
             synchronize(self.device)
             t0 = time.perf_counter()
-        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=keep)
+        out = self.model(
+            input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=keep, **capture
+        )
+        if hidden_layers:
+            self.hidden = torch.cat(
+                [out.hidden_states[layer + 1][0] for layer in hidden_layers], -1
+            )
         if self.time_forwards:
             synchronize(self.device)
             self.forward_s += time.perf_counter() - t0

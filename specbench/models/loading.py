@@ -254,3 +254,76 @@ def load_diffusion_lm(
         lm.eos_token_ids = eos_token_ids(model, tokenizer)
         lm.tokenizer = tokenizer
     return lm
+
+
+DFLASH_ARCHITECTURES = ("DFlashDraftModel", "DFlash2DraftModel")
+
+
+def check_dflash_drafter(cfg: ModelConfig, target: ModelConfig) -> None:
+    """One line, before any weight loads, for a DFlash checkpoint that cannot read this target:
+    another architecture, another hidden size, a target layer it does not have, a mask id past
+    its vocabulary, or a dtype of its own (it consumes the target's hidden states)."""
+    config = checkpoint_config(cfg, "drafter")
+    where = ("drafter.name_or_path", cfg.name_or_path)
+    architectures = config.get("architectures") or []
+    if not set(architectures) & set(DFLASH_ARCHITECTURES):
+        raise ConfigError(
+            *where,
+            f"is a {architectures or 'checkpoint without architectures'}, not a DFlash drafter "
+            f"({' or '.join(DFLASH_ARCHITECTURES)})",
+        )
+    text = _read(
+        "target.name_or_path",
+        target.name_or_path,
+        "config",
+        lambda: AutoConfig.from_pretrained(
+            resolve(target, "target"),
+            revision=target.revision,
+            trust_remote_code=target.trust_remote_code,
+        ),
+    ).get_text_config()
+    settings = {**config, **config.get("dflash_config", {})}
+    layers = settings.get("target_layer_ids") or []
+    if config.get("hidden_size") != text.hidden_size:
+        raise ConfigError(
+            *where,
+            f"has hidden size {config.get('hidden_size')}, the target {text.hidden_size}: "
+            "a DFlash drafter reads the hidden states of the target it was trained on",
+        )
+    if any(not 0 <= layer < text.num_hidden_layers for layer in layers):
+        raise ConfigError(
+            *where,
+            f"reads target layers {layers}; the target has {text.num_hidden_layers}",
+        )
+    mask = settings.get("mask_token_id")
+    if not isinstance(mask, int) or not 0 <= mask < text.vocab_size:
+        raise ConfigError(
+            *where, f"has mask_token_id {mask!r}; the target's vocabulary is {text.vocab_size}"
+        )
+    if cfg.dtype:
+        raise ConfigError(
+            "drafter.dtype",
+            cfg.dtype,
+            "a DFlash drafter runs in the target's dtype (it reads its hidden states); "
+            "leave it null and set target.dtype",
+        )
+
+
+def load_dflash_drafter(cfg: ModelConfig, key: str, device: torch.device, run_dtype: str):
+    """A DFlash or DFlash 2 drafter (the `dflash` package's classes, as its checkpoint's
+    `architectures` names), bound to the target by the method; `run_dtype` is the target's."""
+    from dflash.model import DFlash2DraftModel, DFlashDraftModel
+
+    path = resolve(cfg, key)
+    architectures = checkpoint_config(cfg, key).get("architectures") or []
+    cls = DFlash2DraftModel if "DFlash2DraftModel" in architectures else DFlashDraftModel
+    model = cls.from_pretrained(
+        path,
+        revision=cfg.revision,
+        dtype=resolve_dtype(cfg.dtype or run_dtype, device),
+        device_map=cfg.device_map,
+        max_memory=placement(cfg),
+    )
+    if cfg.device_map is None:
+        model.to(device)
+    return model.eval()

@@ -8,7 +8,12 @@ import torch
 
 from specbench.decoding.configs import SpSConfig
 from specbench.decoding.generation import Draft
-from specbench.decoding.speculative import DraftVerifyMethod, GammaSchedule, SpeculativeDecoder
+from specbench.decoding.speculative import (
+    Drafter,
+    DraftVerifyMethod,
+    GammaSchedule,
+    SpeculativeDecoder,
+)
 from specbench.decoding.verify import check_rule, is_lossless, make_rule, resolve_rule
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
@@ -35,7 +40,7 @@ def fit_vocab(logits: torch.Tensor, size: int) -> torch.Tensor:
     return torch.cat([logits, pad], dim=-1)
 
 
-class ARDrafter:
+class ARDrafter(Drafter):
     """Drafts autoregressively, stopping early at a stop token. Its cache holds the last context
     plus all but the last draft token; on the next call only what changed (rejected drafts) is
     rolled back and re-read. Its logits are cut or padded to the target's vocabulary size

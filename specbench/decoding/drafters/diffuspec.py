@@ -23,7 +23,7 @@ from specbench.decoding.configs import DiffuSpecConfig
 from specbench.decoding.drafters.specdiff import real_token_logits
 from specbench.decoding.generation import Draft
 from specbench.decoding.ngram import NgramLM, cached_ngram
-from specbench.decoding.speculative import DraftVerifyMethod, SpeculativeDecoder
+from specbench.decoding.speculative import Drafter, DraftVerifyMethod, SpeculativeDecoder
 from specbench.decoding.verify import greedy
 from specbench.errors import ConfigError
 from specbench.metrics.speed import synchronize
@@ -132,7 +132,7 @@ class FixedDraftLength:
         return k
 
 
-class DiffuSpecDrafter:
+class DiffuSpecDrafter(Drafter):
     def __init__(
         self,
         dlm: MaskedDiffusionLM,

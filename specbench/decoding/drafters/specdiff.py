@@ -38,7 +38,12 @@ import torch
 from specbench.decoding.configs import SpecDiffConfig
 from specbench.decoding.drafters.ar import fit_vocab, rule_label
 from specbench.decoding.generation import Draft
-from specbench.decoding.speculative import DraftVerifyMethod, GammaSchedule, SpeculativeDecoder
+from specbench.decoding.speculative import (
+    Drafter,
+    DraftVerifyMethod,
+    GammaSchedule,
+    SpeculativeDecoder,
+)
 from specbench.decoding.verify import check_rule, is_lossless, make_rule, resolve_rule
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
@@ -96,7 +101,7 @@ def gumbel_winners(
     return (q / gumbel_norm).argmax(dim=-1)
 
 
-class SpecDiffDrafter:
+class SpecDiffDrafter(Drafter):
     def __init__(
         self,
         dlm: MaskedDiffusionLM,

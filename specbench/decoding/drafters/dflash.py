@@ -1,0 +1,197 @@
+"""DFlash (Chen, Liang, Liu 2026, arXiv 2602.06036) and DFlash 2: a block-diffusion drafter that
+reads the target. The model classes and checkpoints are the authors' `dflash` package's; the
+loop is specbench's draft-verify loop, drafting as the package's `dflash_generate` does:
+
+- the target's outputs at the checkpoint's `target_layer_ids`, at every position it has
+  committed, are projected by the drafter's `fc` and become extra keys and values in every
+  drafter layer (cached: each round adds only the newly committed positions);
+- a round's block is [last committed token, mask x (block_size - 1)] at its own positions, read
+  in both directions in one forward; block position i drafts the token at position i (no
+  shift), through the target's own embeddings and LM head;
+- DFlash 2 chooses each draft among the top-k candidates of its position, left to right, with
+  a low-rank bigram score conditioned on the drafter's state (`CandidateSelector`).
+
+Verification is the loop's: greedy at temperature 0 (the target's greedy output, token for
+token) and exact speculative sampling above it, the package's acceptance rule.
+
+Round for round this makes the reference's drafter and target forwards (tests/test_dflash.py),
+with one difference: when a single position is left, the reference still drafts and verifies
+a token for the position after it, which it cannot keep; here that round is the target's alone.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from specbench.decoding.configs import DFlashConfig
+from specbench.decoding.drafters.ar import rule_label
+from specbench.decoding.generation import Draft
+from specbench.decoding.speculative import (
+    Drafter,
+    DraftVerifyMethod,
+    GammaSchedule,
+    SpeculativeDecoder,
+)
+from specbench.decoding.verify import check_rule, is_lossless, make_rule
+from specbench.decoding.warp import Warp
+from specbench.errors import ConfigError
+from specbench.metrics import cost
+from specbench.metrics.speed import synchronize
+from specbench.models.causal import CausalLM
+from specbench.registry import METHODS
+
+
+def draft_value(config: Any, name: str, default: Any = None) -> Any:
+    """A DFlash setting: the checkpoint's `dflash_config` entry, else its top-level one."""
+    return getattr(config, "dflash_config", {}).get(name, getattr(config, name, default))
+
+
+class DFlashDrafter(Drafter):
+    """One drafter forward per round over a block; its cache holds the projected target
+    features of every committed position but the newest, which anchors the next block."""
+
+    def __init__(self, model: torch.nn.Module, target: CausalLM, block_size: int, warp: Warp):
+        self.model, self.warp, self.block_size = model, warp, block_size
+        self.hidden_layers = tuple(model.target_layer_ids)
+        self.embedding = target.model.get_input_embeddings().weight
+        head = getattr(target.model, "lm_head", None)
+        self.head = head if head is not None else target.model.get_output_embeddings()
+        self.mask_id = int(model.mask_token_id)
+        self.scale = float(draft_value(model.config, "input_embedding_scale", 1.0))
+        self.selector = getattr(model, "candidate_selector", None)  # DFlash 2
+        self.calls = 0
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self.cache.activate_past_recording()  # sliding-window layers can then be cropped
+        self.cached = 0  # context positions in the cache
+        self.unseen: torch.Tensor | None = None  # features of committed positions after those
+
+    def observe(self, hidden: torch.Tensor) -> None:
+        self.unseen = hidden if self.unseen is None else torch.cat([self.unseen, hidden])
+
+    @torch.inference_mode()
+    def draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft:
+        if n == 0 or self.unseen is None:  # the first round is the target's prefill alone
+            return Draft([], None, 0, 0.0)
+        device = self.embedding.device
+        synchronize(device)
+        t0 = time.perf_counter()
+        anchor = len(context) - 1
+        assert self.cached + len(self.unseen) == anchor, "observe() missed committed positions"
+        # near a generation's end the reference's block still covers every remaining position
+        # and one more: the same block length gives the same drafts
+        width = min(self.block_size, n + 2)
+        block = torch.full((1, width), self.mask_id, dtype=torch.long, device=device)
+        block[0, 0] = context[-1]
+        state = self.model(
+            target_hidden=self.unseen[None],
+            noise_embedding=F.embedding(block, self.embedding) * self.scale,
+            position_ids=torch.arange(self.cached, anchor + width, device=device)[None],
+            past_key_values=self.cache,
+            use_cache=True,
+        )[:, 1 : n + 1]
+        self.cache.crop(-width)  # the context's keys and values stay, the block's go
+        self.cached, self.unseen = anchor, None
+        self.calls += 1
+        logits = self.model.compute_logits(state, self.head)
+        if self.selector is None:
+            tokens, q_probs = self.independent(logits[0].float(), generator)
+        else:
+            tokens, q_probs = self.chained(state[0], logits[0], context[-1], generator)
+        synchronize(device)
+        return Draft(tokens, q_probs, 1, time.perf_counter() - t0)
+
+    def independent(
+        self, logits: torch.Tensor, generator: torch.Generator
+    ) -> tuple[list[int], torch.Tensor | None]:
+        """DFlash: every position drafted on its own, by argmax or from the warped logits."""
+        if self.warp.greedy:
+            return logits.argmax(-1).tolist(), None
+        q_probs = self.warp.probs(logits)
+        return torch.multinomial(q_probs, 1, generator=generator)[:, 0].tolist(), q_probs
+
+    def chained(
+        self, state: torch.Tensor, logits: torch.Tensor, anchor: int, generator: torch.Generator
+    ) -> tuple[list[int], torch.Tensor | None]:
+        """DFlash 2: position i picks among its top-k candidates c by
+        logit(c) + <P[previous] * W h_i, S[c]>, the previous token starting at the anchor; the
+        proposal q is the softmax of those scores at the temperature, over the candidates."""
+        selector = self.selector
+        unary, candidates = logits.topk(selector.top_k, dim=-1, sorted=False)
+        projected = selector.hidden_projection(state)
+        previous = torch.tensor(anchor, device=logits.device)
+        tokens, q_rows = [], []
+        for i in range(len(candidates)):
+            pair = selector.predecessor_codebook(previous) * projected[i]
+            scores = unary[i] + selector.successor_codebook(candidates[i]) @ pair
+            if self.warp.greedy:
+                index = scores.argmax()
+            else:
+                q = (scores.float() / self.warp.temperature).softmax(-1)
+                index = torch.multinomial(q, 1, generator=generator)[0]
+                q_rows.append(
+                    torch.zeros_like(logits[i], dtype=q.dtype).scatter(0, candidates[i], q)
+                )
+            previous = candidates[i, index]
+            tokens.append(int(previous))
+        return tokens, torch.stack(q_rows) if q_rows else None
+
+
+@METHODS.register
+class DFlash(DraftVerifyMethod):
+    """DFlash: a block-diffusion drafter conditioned on the target's hidden states drafts
+    block_size - 1 tokens in one forward; the target verifies them in one forward."""
+
+    name = "dflash"
+    Config = DFlashConfig
+    drafter_kind = "dflash"
+    marker = "*"
+
+    def check(self) -> None:
+        cfg = self.cfg
+        if cfg.block_size is not None and cfg.block_size < 2:
+            raise ConfigError(
+                "method.block_size", cfg.block_size, "must be >= 2, or null (the checkpoint's)"
+            )
+        check_rule(cfg.rule, cfg.leniency, self.warp)
+
+    def build(self, target: CausalLM, drafter: torch.nn.Module, task: object) -> SpeculativeDecoder:
+        cfg, warp = self.cfg, self.warp
+        block_size = cfg.block_size or drafter.block_size
+        return SpeculativeDecoder(
+            target,
+            DFlashDrafter(drafter, target, block_size, warp),
+            make_rule(cfg.rule, cfg.leniency, warp),
+            warp,
+            GammaSchedule(block_size - 1, "constant"),
+        )
+
+    def exact(self) -> bool:
+        return is_lossless(self.cfg.rule, self.warp)
+
+    def label(self) -> str:
+        block = [] if self.cfg.block_size is None else [f"b{self.cfg.block_size}"]
+        return " ".join(
+            ["dflash", *block, *rule_label(self.cfg.rule, self.cfg.leniency, self.warp)]
+        )
+
+    def cost_model(self, decoder: SpeculativeDecoder, prompt_ids: list[int], summary: dict) -> dict:
+        """Leviathan et al.'s model with one drafter call on a block per round; each timed call
+        first sees features for the positions its context added (their values do not change
+        the cost)."""
+        drafter = decoder.drafter
+        width = len(drafter.hidden_layers) * drafter.model.config.hidden_size
+
+        def show_features(context: list[int]) -> None:
+            seen = drafter.cached + (0 if drafter.unseen is None else len(drafter.unseen))
+            drafter.observe(drafter.embedding.new_zeros(len(context) - 1 - seen, width))
+
+        drafter.reset()
+        return cost.speculative(decoder, prompt_ids, summary, before_draft=show_features)
