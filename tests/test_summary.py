@@ -73,6 +73,11 @@ def test_summary_equals_hand_computed_values(records: list[Record]) -> None:
     assert s["speedup"] == pytest.approx((10 / 3.0) / (10 / 5.0))
     # Spec-Bench's speed.py: mean per-sample speed (3, 4) over the baseline's (2, 2)
     assert s["speedup_specbench"] == pytest.approx(3.5 / 2.0)
+    # dflash's benchmark: mean per-sample (wall - ttft) / tokens, baseline's over the method's
+    method_tpot = ((2.0 - 0.5) / 6 + (1.0 - 0.3) / 4) / 2
+    assert s["speedup_dflash"] == pytest.approx(
+        ((3.0 - 0.5) / 6 + (2.0 - 0.3) / 4) / 2 / method_tpot
+    )
     assert s["tau"] == pytest.approx(10 / 5)
     assert s["acceptance_rate"] == pytest.approx(5 / 15)
     assert s["emitted_hist"] == {"1": 1, "2": 3, "3": 1}
@@ -95,6 +100,9 @@ def test_summary_equals_hand_computed_values(records: list[Record]) -> None:
     ref = s["vs"]["one_token_per_step"]
     assert ref["speedup"] == pytest.approx((10 / 3.0) / (10 / 14.0))
     assert ref["speedup_specbench"] == pytest.approx(3.5 / ((1.0 + 0.5) / 2))
+    assert ref["speedup_dflash"] == pytest.approx(
+        ((6.0 - 0.5) / 6 + (8.0 - 0.3) / 4) / 2 / method_tpot
+    )
     assert ref["nfe_reduction"] == pytest.approx(7.0 / 2.5) and ref["tpf"] == pytest.approx(10 / 14)
     assert ref["quality"] == {"rouge1": pytest.approx(0.375)}
     assert ref["identical_rate"] == pytest.approx(0.5)

@@ -2,7 +2,9 @@
 
 Speed is pooled (`speedup` = all tokens over all seconds, method against baseline) and, beside
 it, `speedup_specbench` exactly as Spec-Bench's `evaluation/speed.py` computes it: the mean of
-per-sample speeds over the baseline's mean of per-sample speeds. Per-round counters are in the
+per-sample speeds over the baseline's mean of per-sample speeds; and `speedup_dflash` as the
+dflash package's benchmark does: the baseline's mean per-sample decode-only time per token
+over the method's. Per-round counters are in the
 method's `round_unit`; `acceptance_rate` and `accept_by_position` are probabilities of
 accepting a drafted token, so they exist only where the unit is tokens.
 """
@@ -59,6 +61,12 @@ def arm_metrics(arms: list[Arm]) -> dict[str, Any]:
     }
 
 
+def tpot_dflash(arm: Arm) -> float:
+    """Seconds per output token as the dflash package's benchmark defines it: decoding time
+    after the first token over every output token, the first included."""
+    return arm.decode_s / arm.new_tokens
+
+
 def versus(records: list[Record], others: list[Arm], greedy: bool) -> dict[str, Any]:
     """The method arm against another arm on the same samples."""
     mine, theirs = [r.method for r in records], arm_metrics(others)
@@ -69,6 +77,7 @@ def versus(records: list[Record], others: list[Arm], greedy: bool) -> dict[str, 
         **theirs,
         "speedup": _ratio(tok_s, theirs["tok_s"]),
         "speedup_specbench": _ratio(mean(a.tok_s for a in mine), mean(a.tok_s for a in others)),
+        "speedup_dflash": _ratio(mean(map(tpot_dflash, others)), mean(map(tpot_dflash, mine))),
         "nfe_reduction": _ratio(theirs["nfe"], nfe),
         "identical_rate": mean(equal) if greedy else None,
     }
@@ -133,6 +142,7 @@ def summarize(
             baseline_tok_s=base["tok_s"],
             speedup=base["speedup"],
             speedup_specbench=base["speedup_specbench"],
+            speedup_dflash=base["speedup_dflash"],
             baseline_quality=base["quality"],
             baseline_nfe=base["nfe"],
             baseline_tpf=base["tpf"],
