@@ -1,5 +1,5 @@
 """The GPU check, sized to 8 minutes: one cell of every method on the tiny world on a CUDA
-device (run.device=cuda, bfloat16), each with its measured speedup, the cost model's
+device (run.device=cuda, bfloat16; DFlash with tiny-dflash), each with its measured speedup, the cost model's
 prediction and the gap, then one cell per native diffusion family (random-init LLaDA and
 Dream decoded by PSD and dllm under Fast-dLLM's caches, MDLM drafting for SpecDiff) in bf16.
 Cells start only while the budget lasts; the rest are listed as skipped.
@@ -34,6 +34,7 @@ CELLS.update(
             "method.dual_cache=true",
         ],
         "mdlm-specdiff": ["method=specdiff", "drafter=random-mdlm"],
+        "dflash": ["method=dflash", "drafter=tiny-dflash"],
     }
 )
 SECONDS_PER_CELL = 60  # a cell of 20 samples with its calibration, warm-up and cost timing

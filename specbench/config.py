@@ -36,6 +36,8 @@ class ModelConfig:
     device_map: str | None = None
     max_memory: dict[str, str] = field(default_factory=dict)
     chat_template: bool = False
+    # extra arguments to the chat template, e.g. Qwen3's {enable_thinking: false}
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -212,7 +212,10 @@ def check_models(config: Config, method: Method) -> tuple[Any, list[tuple[str, i
 def load_samples(config: Config) -> tuple[Task, list[Sample], int]:
     """The task, its first `run.limit` samples (ids unique: resume is keyed by id), and the
     generation length."""
-    task = TASKS[config.task.name].build(config.task, config.target.chat_template)
+    target = config.target
+    task = TASKS[config.task.name].build(
+        config.task, target.chat_template, dict(target.chat_template_kwargs)
+    )
     max_new = config.run.max_new_tokens or config.task.max_new_tokens
     if max_new < 1:
         raise ConfigError("task.max_new_tokens", max_new, "must be an integer >= 1")

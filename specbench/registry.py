@@ -70,7 +70,8 @@ class Registry(Generic[T]):
 class TaskSpec:
     name: str
     config: type
-    build: Callable[[Any, bool], Any]  # (task_cfg, the target reads chat templates) -> Task
+    # (task_cfg, the target reads chat templates, its template's extra arguments) -> Task
+    build: Callable[[Any, bool, dict], Any]
 
 
 def _is_method(entry: Any) -> bool:

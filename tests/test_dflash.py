@@ -201,3 +201,38 @@ def test_verification_captures_hidden_states_only_for_a_drafter_that_asks(
     target.reset()
     target.forward_tokens(prompt, keep=1, hidden_layers=(0, 2))
     torch.testing.assert_close(target.hidden, torch.cat([full[1][0], full[3][0]], -1))
+
+
+def test_training_sees_each_block_as_decoding_does() -> None:
+    """tiny-dflash's training forward (every block of a sequence at once, under its mask) gives
+    each block the logits that decoding computes for it: the features before its anchor, the
+    block at its own positions, nothing of the other blocks."""
+    from transformers import AutoModelForCausalLM
+
+    from specbench import paths
+    from specbench.decoding.drafters.dflash import DFlashDrafter
+    from specbench.models.tiny.dflash import block_logits, dflash_drafter
+
+    model = AutoModelForCausalLM.from_pretrained(paths.TINY_DIR / "tiny", dtype=torch.float32)
+    target = CausalLM(model.eval(), SimpleNamespace(eos_token_id=None), "tiny")
+    torch.manual_seed(0)
+    drafter = dflash_drafter(model, 1, [1, 3], 8, mask_id=2).eval()
+    for param in drafter.parameters():
+        torch.nn.init.normal_(param, std=0.05)
+    ids = torch.randint(0, 4000, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        states = model(input_ids=ids, output_hidden_states=True).hidden_states
+    features = torch.cat([states[2], states[4]], -1)
+    embedding = model.get_input_embeddings().weight.detach()
+    anchors = [10, 25, 31]
+    with torch.no_grad():
+        trained, _ = block_logits(drafter, embedding, ids, features, torch.tensor([anchors]))
+    decoded: list[torch.Tensor] = []
+    drafter.register_forward_hook(lambda module, args, out: decoded.append(out))
+    for i, anchor in enumerate(anchors):
+        decoding = DFlashDrafter(drafter, target, 8, Warp())
+        decoding.observe(features[0, :anchor])
+        decoding.draft(ids[0, : anchor + 1].tolist(), 7, torch.Generator())
+        with torch.inference_mode():
+            logits = drafter.compute_logits(decoded[-1][0, 1:], model.lm_head).float()
+        torch.testing.assert_close(logits, trained[0, 8 * i + 1 : 8 * (i + 1)])

@@ -14,9 +14,9 @@ from specbench.pipeline import execute, prepare, warp_of
 from specbench.registry import METHODS, discover
 
 EXPERIMENTS = sorted(p.stem for p in (paths.CONF_DIR / "experiment").glob("*.yaml"))
-TINY_MODELS = {"tiny", "tiny-ar", "tiny-dlm", "none"}
+TINY_MODELS = {"tiny", "tiny-ar", "tiny-dlm", "tiny-dflash", "none"}
 SUBSTITUTE = {"causal": "tiny", "diffusion": "tiny-dlm"}
-DRAFTER = {"causal": "tiny-ar", "diffusion": "tiny-dlm", "none": "none"}
+DRAFTER = {"causal": "tiny-ar", "diffusion": "tiny-dlm", "dflash": "tiny-dflash", "none": "none"}
 
 
 def first_cell(name: str) -> list[str]:

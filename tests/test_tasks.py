@@ -144,6 +144,42 @@ def test_mbpp_rejects_an_unknown_variant() -> None:
         MbppTask(MbppConfig(variant="tiny", source=str(DATA / "mbpp/mbpp.jsonl"))).samples()
 
 
+def test_the_dflash_chat_format_is_the_dflash_benchmarks_user_message() -> None:
+    """As the dflash package's benchmark.py (0.1.0) writes them; and a target's template
+    arguments (Qwen3's enable_thinking) reach its chat template."""
+    rows = [json.loads(line) for line in (DATA / "gsm8k/test.jsonl").open()]
+    gsm8k = Gsm8kTask(Gsm8kConfig(source=str(DATA / "gsm8k/test.jsonl"), chat_format="dflash"))
+    assert gsm8k.samples()[0].turns == [
+        rows[0]["question"]
+        + "\nPlease reason step by step, and put your final answer within \\boxed{}."
+    ]
+    source = str(DATA / "humaneval/HumanEval.jsonl.gz")
+    [first] = HumanEvalTask(HumanEvalConfig(source=source, chat_format="dflash")).samples()[:1]
+    assert first.turns == [
+        "Write a solution to the following problem and make sure that it passes the tests:\n"
+        f"```python\n{first.prompt}\n```"
+    ]
+    sanitized = MbppConfig(
+        variant="sanitized", source=str(DATA / "mbpp/sanitized-mbpp.json"), chat_format="dflash"
+    )
+    problems = json.loads((DATA / "mbpp/sanitized-mbpp.json").read_text())
+    by_id = {f"mbpp-{p['task_id']}": p["prompt"] for p in problems}
+    assert all(s.turns == [by_id[s.id]] for s in MbppTask(sanitized).samples())
+    with pytest.raises(ConfigError, match="task.chat_format='eagle'"):
+        Gsm8kTask(Gsm8kConfig(chat_format="eagle"))
+
+    tokenizer = AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")  # its own copy
+    tokenizer.chat_template = (
+        "{% if enable_thinking is defined and not enable_thinking %}NO THINKING {% endif %}"
+        "{{ messages[-1]['content'] }}"
+    )
+    sample = gsm8k.samples()[0]
+    off = Gsm8kTask(gsm8k.cfg, chat=True, chat_kwargs={"enable_thinking": False})
+    assert tokenizer.decode(off.prompt_ids(tokenizer, sample, True)).startswith("NO THINKING")
+    default = Gsm8kTask(gsm8k.cfg, chat=True)
+    assert "NO THINKING" not in tokenizer.decode(default.prompt_ids(tokenizer, sample, True))
+
+
 def test_mt_bench_second_turn_follows_the_models_own_first_answer(tokenizer) -> None:
     task = MtBenchTask(MtBenchConfig(source=str(DATA / "mt_bench/question.jsonl")))
     samples = task.samples()

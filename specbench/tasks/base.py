@@ -18,6 +18,9 @@ if TYPE_CHECKING:  # tasks compose with a config, before transformers is importe
     from transformers import PreTrainedTokenizerBase
 
 
+CHAT_FORMATS = ("specbench", "dflash")
+
+
 @dataclass
 class TaskConfig:
     """Keys every task has: its default length and stop strings (`run.max_new_tokens`, when
@@ -26,6 +29,9 @@ class TaskConfig:
     name: str = MISSING
     max_new_tokens: int = 128
     stop: list[str] = field(default_factory=list)
+    # a chat target's user message (CHAT_FORMATS): specbench's, or the one the dflash package's
+    # benchmark sends; where a task sends its data's own text, the two are the same
+    chat_format: str = "specbench"
 
 
 @dataclass
@@ -52,12 +58,24 @@ class Task:
     name: str = ""
     metrics: dict[str, bool] = {}
 
-    def __init__(self, cfg: TaskConfig, chat: bool = False):
+    def __init__(
+        self, cfg: TaskConfig, chat: bool = False, chat_kwargs: dict[str, Any] | None = None
+    ):
+        if cfg.chat_format not in CHAT_FORMATS:
+            raise ConfigError(
+                "task.chat_format", cfg.chat_format, f"allowed: {', '.join(CHAT_FORMATS)}"
+            )
         self.cfg = cfg
         self.chat = chat  # the target reads chat-templated prompts (its config's chat_template)
+        self.chat_kwargs = dict(chat_kwargs or {})  # and passes these to its template
 
     def samples(self) -> list[Sample]:
         raise NotImplementedError
+
+    def chat_turn(self, formats: dict[str, str], **fields: str) -> str:
+        """A chat target's user message in the config's `chat_format`: the task's template of
+        that name (str.format over `fields`)."""
+        return formats[self.cfg.chat_format].format(**fields)
 
     def check(self) -> None:
         """Refuse, in one line and before any model loads, a machine that cannot score this
@@ -81,7 +99,11 @@ class Task:
                     messages.append({"role": "assistant", "content": answers[i]})
             return list(
                 tokenizer.apply_chat_template(
-                    messages, add_generation_prompt=True, tokenize=True, return_dict=False
+                    messages,
+                    add_generation_prompt=True,
+                    tokenize=True,
+                    return_dict=False,
+                    **self.chat_kwargs,
                 )
             )
         parts = [sample.prompt if sample.prompt is not None else turns[0]]

@@ -63,10 +63,12 @@ EXEMPLARS = [
         "has 23 - 15 dollars left. 23 - 15 is 8. The answer is 8.",
     ),
 ]
-CHAT_INSTRUCTION = (
-    "Solve the following math problem step by step. End your response with "
-    '"The answer is N." where N is the final number.\n\n'
-)
+CHAT_FORMATS = {
+    "specbench": "Solve the following math problem step by step. End your response with "
+    '"The answer is N." where N is the final number.\n\n{question}',
+    "dflash": "{question}\nPlease reason step by step, and put your final answer within "
+    "\\boxed{{}}.",
+}
 STRICT = re.compile(r"The answer is (\-?[0-9\.\,]+).|#### (\-?[0-9\.\,]+)")
 FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
 
@@ -110,7 +112,7 @@ class Gsm8kTask(Task):
             Sample(
                 id=f"gsm8k-{i:04d}",
                 prompt=f"{shots}Q: {row['question']}\nA:",
-                turns=[CHAT_INSTRUCTION + row["question"]],
+                turns=[self.chat_turn(CHAT_FORMATS, question=row["question"])],
                 reference=normalise(row["answer"]),
             )
             for i, row in enumerate(rows)

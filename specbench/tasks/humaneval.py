@@ -45,6 +45,14 @@ class HumanEvalConfig(TaskConfig):
     timeout_s: float = 10.0
 
 
+CHAT_FORMATS = {
+    "specbench": "Complete the following Python function. Reply with the whole function in "
+    "one Python code block.\n\n```python\n{prompt}```",
+    "dflash": "Write a solution to the following problem and make sure that it passes the "
+    "tests:\n```python\n{prompt}\n```",
+}
+
+
 class HumanEvalTask(Task):
     name = "humaneval"
     metrics = {"pass@1": True}
@@ -70,10 +78,7 @@ class HumanEvalTask(Task):
             Sample(
                 id=row["task_id"],
                 prompt=row["prompt"],
-                turns=[
-                    "Complete the following Python function. Reply with the whole function in "
-                    f"one Python code block.\n\n```python\n{row['prompt']}```"
-                ],
+                turns=[self.chat_turn(CHAT_FORMATS, prompt=row["prompt"])],
                 reference=row["canonical_solution"],
                 meta={"test": row["test"], "entry_point": row["entry_point"]},
             )

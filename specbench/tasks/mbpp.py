@@ -65,6 +65,13 @@ class MbppConfig(TaskConfig):
     timeout_s: float = 10.0
 
 
+CHAT_FORMATS = {
+    "specbench": "You are an expert Python programmer, and here is your task:\n{task}\n"
+    "Your code should pass these tests:\n{tests}",
+    "dflash": "{task}",  # the sanitized set's prompt as it is
+}
+
+
 class MbppTask(Task):
     name = "mbpp"
     metrics = {"pass@1": True}
@@ -101,9 +108,11 @@ class MbppTask(Task):
                 id=f"mbpp-{task_id}",
                 prompt=f"{shots}\n\n{plain_prompt(row)}\n",
                 turns=[
-                    "You are an expert Python programmer, and here is your task:\n"
-                    f"{describe(row)}\nYour code should pass these tests:\n"
-                    + "\n".join(row["test_list"][:3])
+                    self.chat_turn(
+                        CHAT_FORMATS,
+                        task=describe(row),
+                        tests="\n".join(row["test_list"][:3]),
+                    )
                 ],
                 reference=row["code"],
                 meta={
