@@ -61,7 +61,10 @@ def write_run(root: Path, cell: dict, records: list[dict], task: str = "tiny_cod
     knobs = {k.split(".", 1)[1]: v for k, v in cell.items() if k.startswith("method.")}
     method = cls(cls.Config(**knobs), Warp(cell.get("temperature", 0.0)))
     drafter = cell.get(
-        "drafter", {"causal": "tiny-ar", "diffusion": "tiny-dlm", None: "none"}[cls.drafter_kind]
+        "drafter",
+        {"causal": "tiny-ar", "diffusion": "tiny-dlm", "dflash": "tiny-dflash", None: "none"}[
+            cls.drafter_kind
+        ],
     )
     target = cell.get("target", "tiny" if cls.target_kind == "causal" else "tiny-dlm")
     experiment = cell.get("experiment", "adhoc")
