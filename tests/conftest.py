@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
+from scipy.stats import chisquare
 
 from specbench import paths
 from specbench.config import ModelConfig
@@ -100,3 +102,25 @@ def assert_golden_logits(logits: torch.Tensor, golden: dict, tol: float = 1e-5) 
     torch.testing.assert_close(
         logits.logsumexp(-1), torch.tensor(golden["logsumexp"]), rtol=tol, atol=tol
     )
+
+
+def law_pvalue(counts: Counter, law: dict[tuple[int, ...], float], draws: int) -> float:
+    """Chi-square p-value of sampled sequences against the enumerated law: every sequence
+    expected at least 5 times on its own, the rest pooled into one bin."""
+    assert set(counts) <= {seq for seq, p in law.items() if p > 0}
+    big = [seq for seq, p in law.items() if p * draws >= 5]
+    observed = [counts[s] for s in big] + [draws - sum(counts[s] for s in big)]
+    expected = [law[s] * draws for s in big] + [draws * (1 - sum(law[s] for s in big))]
+    total = sum(expected)
+    return chisquare(observed, [e / total * draws for e in expected]).pvalue
+
+
+# a finalizer that sends this process Ctrl-C and runs on while its handler fires: Python prints
+# the exception it raises there and carries on (code for a subprocess, after `import os, signal`)
+SWALLOWS_CTRL_C = """
+class Swallows:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100_000):
+            pass
+"""

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import SWALLOWS_CTRL_C
 from specbench import paths
 from specbench.config import RunConfig
 
@@ -163,14 +164,10 @@ def test_ctrl_c_is_one_line_and_the_rerun_continues_the_same_wandb_run(tmp_path:
 
 
 # Ctrl-C while the first sample is mirrored, inside a finalizer, which swallows the exception
-SWALLOWED_CTRL_C = """
+SWALLOWED_CTRL_C = f"""
 import os, signal
 from specbench.results.wandb import WandbMirror
-class Swallows:
-    def __del__(self):
-        os.kill(os.getpid(), signal.SIGINT)
-        for _ in range(100_000):
-            pass
+{SWALLOWS_CTRL_C}
 def log_sample(self, record):
     Swallows()
 WandbMirror.log_sample = log_sample

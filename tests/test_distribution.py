@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
+from conftest import law_pvalue
 from specbench.decoding.drafters.ar import SpS, SpSConfig
 from specbench.decoding.drafters.specdiff import SpecDiff, SpecDiffConfig
 from specbench.decoding.warp import Warp
@@ -27,13 +27,7 @@ def test_sps_samples_the_target_law(warp: Warp) -> None:
     counts = Counter(
         tuple(decoder.generate(PROMPT, LENGTH, generator).tokens) for _ in range(draws)
     )
-    law = exact_law(target, PROMPT, LENGTH, warp)
-    assert set(counts) <= {seq for seq, p in law.items() if p > 0}
-    big = [seq for seq, p in law.items() if p * draws >= 5]  # chi-square needs expected >= 5
-    observed = [counts[s] for s in big] + [draws - sum(counts[s] for s in big)]
-    expected = [law[s] * draws for s in big] + [draws * (1 - sum(law[s] for s in big))]
-    total = sum(expected)
-    assert chisquare(observed, [e / total * draws for e in expected]).pvalue > 1e-3
+    assert law_pvalue(counts, exact_law(target, PROMPT, LENGTH, warp), draws) > 1e-3
 
 
 @pytest.mark.parametrize("steps, q_source", [(1, "reveal_step"), (3, "onehot")])
@@ -50,9 +44,4 @@ def test_exact_specdiff_configs_sample_the_target_law(steps: int, q_source: str)
     counts = Counter(
         tuple(decoder.generate(PROMPT, LENGTH, generator).tokens) for _ in range(draws)
     )
-    law = exact_law(target, PROMPT, LENGTH, warp)
-    big = [seq for seq, p in law.items() if p * draws >= 5]
-    observed = [counts[s] for s in big] + [draws - sum(counts[s] for s in big)]
-    expected = [law[s] * draws for s in big] + [draws * (1 - sum(law[s] for s in big))]
-    total = sum(expected)
-    assert chisquare(observed, [e / total * draws for e in expected]).pvalue > 1e-3
+    assert law_pvalue(counts, exact_law(target, PROMPT, LENGTH, warp), draws) > 1e-3

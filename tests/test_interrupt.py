@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import SWALLOWS_CTRL_C
+
 # the signal lands while `exec` runs a string, as when a lazily imported library builds a
 # dataclass; CPython then ends a `python -m` program by SIGINT unless the exception is ours
 IN_EXEC = """
@@ -21,14 +23,10 @@ except KeyboardInterrupt:
 """
 
 # the signal lands in a finalizer, where Python prints the exception and carries on
-SWALLOWED = """
+SWALLOWED = f"""
 import os, signal
 from specbench import interrupt
-class Swallows:
-    def __del__(self):
-        os.kill(os.getpid(), signal.SIGINT)
-        for _ in range(100_000):
-            pass
+{SWALLOWS_CTRL_C}
 with interrupt.on_ctrl_c():
     Swallows()
     print("went on")

@@ -205,20 +205,28 @@ def placement(cfg: ModelConfig) -> dict[int | str, str] | None:
     return {int(k) if str(k).isdigit() else k: v for k, v in cfg.max_memory.items()}
 
 
-def load_causal_lm(cfg: ModelConfig, key: str, device: torch.device, run_dtype: str) -> CausalLM:
-    """Load weights. With `device_map` set, accelerate places (and may shard) the model."""
-    path = resolve(cfg, key)
-    dtype = resolve_dtype(cfg.dtype or run_dtype, device)
-    model = AutoModelForCausalLM.from_pretrained(
-        path,
+def load_weights(
+    cls: type, cfg: ModelConfig, key: str, device: torch.device, run_dtype: str, **kwargs
+) -> torch.nn.Module:
+    """`cls.from_pretrained` on the config's checkpoint in its dtype. With `device_map` set,
+    accelerate places (and may shard) the model; otherwise it goes to `device`."""
+    model = cls.from_pretrained(
+        resolve(cfg, key),
         revision=cfg.revision,
-        trust_remote_code=cfg.trust_remote_code,
-        dtype=dtype,
+        dtype=resolve_dtype(cfg.dtype or run_dtype, device),
         device_map=cfg.device_map,
         max_memory=placement(cfg),
+        **kwargs,
     )
     if cfg.device_map is None:
         model.to(device)
+    return model
+
+
+def load_causal_lm(cfg: ModelConfig, key: str, device: torch.device, run_dtype: str) -> CausalLM:
+    model = load_weights(
+        AutoModelForCausalLM, cfg, key, device, run_dtype, trust_remote_code=cfg.trust_remote_code
+    )
     return CausalLM(model, load_tokenizer(cfg, key), cfg.name)
 
 
@@ -230,16 +238,7 @@ def load_diffusion_lm(
     if cfg.adapter not in ADAPTERS:
         raise ConfigError(f"{key}.adapter", cfg.adapter, f"allowed: {', '.join(ADAPTERS)}")
     wrapper, auto = ADAPTERS[cfg.adapter]
-    model = auto.from_pretrained(
-        resolve(cfg, key),
-        revision=cfg.revision,
-        trust_remote_code=cfg.trust_remote_code,
-        dtype=resolve_dtype(cfg.dtype or run_dtype, device),
-        device_map=cfg.device_map,
-        max_memory=placement(cfg),
-    )
-    if cfg.device_map is None:
-        model.to(device)
+    model = load_weights(auto, cfg, key, device, run_dtype, trust_remote_code=cfg.trust_remote_code)
     mask_id = cfg.mask_token_id
     if mask_id is None:
         mask_id = getattr(model.config, "mask_token_id", None)
@@ -314,16 +313,6 @@ def load_dflash_drafter(cfg: ModelConfig, key: str, device: torch.device, run_dt
     `architectures` names), bound to the target by the method; `run_dtype` is the target's."""
     from dflash.model import DFlash2DraftModel, DFlashDraftModel
 
-    path = resolve(cfg, key)
     architectures = checkpoint_config(cfg, key).get("architectures") or []
     cls = DFlash2DraftModel if "DFlash2DraftModel" in architectures else DFlashDraftModel
-    model = cls.from_pretrained(
-        path,
-        revision=cfg.revision,
-        dtype=resolve_dtype(cfg.dtype or run_dtype, device),
-        device_map=cfg.device_map,
-        max_memory=placement(cfg),
-    )
-    if cfg.device_map is None:
-        model.to(device)
-    return model.eval()
+    return load_weights(cls, cfg, key, device, run_dtype).eval()

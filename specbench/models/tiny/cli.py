@@ -189,7 +189,7 @@ def train_tiny_dflash(
     target: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, args: argparse.Namespace, out: Path
 ) -> dict:
     """The target's greedy continuations and its features, then the drafter (saved in half
-    precision, as the other checkpoints); the report's numbers are measured on continuations
+    precision, as the other checkpoints, and without a tokenizer: it reads the target's); the report's numbers are measured on continuations
     of validation-split prefixes."""
     from dflash.model import build_target_layer_ids
 
@@ -212,7 +212,6 @@ def train_tiny_dflash(
         drafter, embedding, ids, features, prefix, schedule, args.seed + 3, DFLASH["blocks"]
     )
     save_dflash(drafter.to(torch.float16), out)
-    tokenizer.save_pretrained(out)
     drafter.float().eval()
     val_ids, val_features = data("validation", 128, args.seed + 4)
     return {
