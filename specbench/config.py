@@ -64,6 +64,8 @@ class RunConfig:
     baseline: bool = True
     device: str = "auto"
     dtype: str = "auto"
+    # eager: transformers' forward and dynamic cache; compiled: static cache + torch.compile
+    engine: str = "eager"
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0

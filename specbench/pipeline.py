@@ -20,7 +20,7 @@ from specbench.errors import ConfigError
 from specbench.evaluate import Arms, Job, evaluate
 from specbench.method import Method
 from specbench.metrics.summary import summarize
-from specbench.models import loading
+from specbench.models import compiled, loading
 from specbench.models.diffusion import ADAPTERS
 from specbench.registry import METHODS, TASKS, discover
 from specbench.results.console import print_summary
@@ -42,6 +42,7 @@ class Plan:
     task: Task
     samples: list[Sample]
     prompt_ids: dict[str, list[int]]
+    max_new: int
     tokenizer: Any
     device: torch.device
     store: RunStore
@@ -71,6 +72,12 @@ def _check_run(run: Any) -> None:
             run.dtype,
             run.dtype == "auto" or run.dtype in loading.DTYPES,
             f"allowed: auto, {', '.join(loading.DTYPES)}",
+        ),
+        (
+            "run.engine",
+            run.engine,
+            run.engine in compiled.ENGINES,
+            f"allowed: {', '.join(compiled.ENGINES)}",
         ),
     ]
     for key, value, ok, allowed in checks:
@@ -137,6 +144,22 @@ def _check_drafter_vocabulary(drafter: Any, target_tokens: int) -> None:
         )
 
 
+def _check_engine(config: Config, method: Method) -> None:
+    """The compiled engine covers causal LMs so far; a run whose models it does not cover
+    would time one arm compiled and another eager, so it is refused."""
+    if config.run.engine != "compiled":
+        return
+    kinds = [config.target.kind] + ([config.drafter.kind] if method.drafter_kind else [])
+    other = next((kind for kind in kinds if kind != "causal"), None)
+    if other:
+        raise ConfigError(
+            "run.engine",
+            "compiled",
+            f"compiles causal LMs only so far, and method {method.name} here loads a {other} "
+            "model; allowed: run.engine=eager",
+        )
+
+
 def validate(config: Config) -> Method:
     """Every check that reads no file: the run's knobs, the method's, and the models' kinds."""
     _check_run(config.run)
@@ -166,6 +189,7 @@ def validate(config: Config) -> Method:
                 f"method {method.name} needs a {method.drafter_kind} drafter",
             )
         _check_model(config.drafter, "drafter")
+    _check_engine(config, method)
     if config.logging.wandb.mode not in ("offline", "online", "disabled"):
         raise ConfigError(
             "logging.wandb.mode", config.logging.wandb.mode, "allowed: offline, online, disabled"
@@ -286,7 +310,17 @@ def prepare(cfg: DictConfig) -> Plan:
     store = RunStore.open(identity, run_id)
     device = loading.resolve_device(config.run.device)
     return Plan(
-        config, identity, run_id, method, task, samples, prompt_ids, tokenizer, device, store
+        config,
+        identity,
+        run_id,
+        method,
+        task,
+        samples,
+        prompt_ids,
+        max_new,
+        tokenizer,
+        device,
+        store,
     )
 
 
@@ -309,7 +343,27 @@ def load_models(plan: Plan) -> tuple[Any, Any]:
         # a DFlash drafter computes on the target's hidden states, in the target's dtype
         dtype = config.target.dtype or config.run.dtype if kind == "dflash" else config.run.dtype
         drafter = load[kind](config.drafter, "drafter", plan.device, dtype)
+    if config.run.engine == "compiled":
+        length = longest_sequence(plan)
+        target = compiled.CompiledCausalLM.from_eager(target, length)
+        drafter = drafter and compiled.CompiledCausalLM.from_eager(drafter, length)
+        for lm in (target, drafter):
+            if lm is not None:
+                lm.warm_up()
     return target, drafter
+
+
+def longest_sequence(plan: Plan) -> int:
+    """The static caches' size: the longest sample's prompt and every generated token, and in a
+    multi-turn sample each later user turn with a template allowance."""
+    template = 64  # tokens a chat template may add around one turn
+
+    def need(sample: Sample) -> int:
+        later = sample.user_turns[1:]
+        turns = sum(len(plan.tokenizer(text)["input_ids"]) + template for text in later)
+        return len(plan.prompt_ids[sample.id]) + turns + plan.max_new * (1 + len(later))
+
+    return compiled.static_length(max(need(s) for s in plan.samples))
 
 
 def summarise(plan: Plan, job: Job, env: dict[str, Any]) -> dict[str, Any]:
@@ -376,6 +430,7 @@ def measure(plan: Plan) -> dict[str, Any]:
         config.run,
     )
     env = environment(plan.device, config_hash(plan.identity))
+    env["engine"] = compiled.describe(config.run.engine, target=target, drafter=drafter)
     plan.store.write_json("env.json", env)
     mirror = WandbMirror(
         plan.identity["logging"]["wandb"],

@@ -31,6 +31,7 @@ def no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 RANDOM = ["target=random-gpt2", "drafter=random-gpt2-draft", "task=prompts"]
+DFLASH = ["method=dflash", "drafter=random-dflash"]
 
 
 def fails(overrides: list[str], key: str, value: str, tmp_path: Path) -> str:
@@ -68,6 +69,19 @@ def test_knob_out_of_range(override: str, key: str, value: str, tmp_path: Path) 
     assert "must be" in fails([override], key, value, tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "why"),
+    [
+        (["run.engine=jit"], "allowed: eager, compiled"),
+        (["run.engine=compiled", *DFLASH], "loads a dflash model"),
+        (["run.engine=compiled", "method=specdiff", "drafter=tiny-dlm"], "loads a diffusion"),
+    ],
+)
+def test_an_engine_that_cannot_run_the_cell(overrides: list[str], why: str, tmp_path: Path) -> None:
+    engine = overrides[0].split("=")[1]
+    assert why in fails(overrides, "run.engine", engine, tmp_path)
+
+
 def test_greedy_rule_with_sampling(tmp_path: Path) -> None:
     fails(["method.rule=greedy", "run.temperature=0.7"], "method.rule", "greedy", tmp_path)
 
@@ -79,9 +93,6 @@ def test_a_target_without_a_path(tmp_path: Path) -> None:
 
 def test_speculative_method_without_a_drafter(tmp_path: Path) -> None:
     fails(["drafter=none"], "drafter", "none", tmp_path)
-
-
-DFLASH = ["method=dflash", "drafter=random-dflash"]
 
 
 @pytest.mark.parametrize(

@@ -89,10 +89,12 @@ def speculative(
         )
 
     # each timed draft extends the context by the tokens a round emits, as decoding does, so a
-    # drafter that caches its prefix encodes them inside its first call
+    # drafter that caches its prefix encodes them inside its first call; past the mean
+    # generation's end, where decoding stops, the context starts again from the middle
     generator = torch.Generator(device=target.device)
     grow = max(1, round(summary["tau"]))
-    contexts = iter([prompt_ids + [prompt_ids[-1]] * (grow * i) for i in range(64)])
+    room = max(1, (summary["new_tokens"] // summary["n_samples"] - half) // grow)
+    contexts = iter([prompt_ids + [prompt_ids[-1]] * (grow * (i % room)) for i in range(64)])
 
     def draft(context: list[int]) -> int:
         before_draft(context)

@@ -53,8 +53,7 @@ class CausalLM:
             else {}
         )
         if self.time_forwards:
-            synchronize(self.device)
-            t0 = time.perf_counter()
+            t0 = self._tick()
         out = self.model(
             input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=keep, **capture
         )
@@ -63,12 +62,16 @@ class CausalLM:
                 [out.hidden_states[layer + 1][0] for layer in hidden_layers], -1
             )
         if self.time_forwards:
-            synchronize(self.device)
-            self.forward_s += time.perf_counter() - t0
+            self.forward_s += self._tick() - t0
         self.calls += 1
         self.positions += len(ids)
         self.length += len(ids)
         return out.logits[0, -keep:].float()
+
+    def _tick(self) -> float:
+        """A timestamp after the device's queued work is done."""
+        synchronize(self.device)
+        return time.perf_counter()
 
     def prefill(self, ids: list[int]) -> torch.Tensor:
         """Start a new sequence; logits of the next token after `ids`."""

@@ -1,0 +1,174 @@
+"""The compiled engine (`run.engine=compiled`): gpt-fast's recipe on any transformers causal LM.
+
+- A static KV cache sized once per run, so every decoding step has the same buffers.
+- Rollback by position: the slots after the kept length stay, and the next tokens overwrite
+  them before anything reads them (a query at position p reads slots <= p only). The cache's
+  own write position (`cumulative_length`, where transformers' `StaticLayer` writes next)
+  is set back with it.
+- `torch.compile` of the forward over short inputs (up to `HOT_TOKENS` new tokens: one token,
+  a draft plus its bonus, a block): two graphs, one for a single token and one whose length
+  is symbolic. Inductor's C++ kernels on a CPU; CUDA graphs (`reduce-overhead`) on a GPU.
+  Longer inputs (a prompt) run the same forward uncompiled, on the same cache.
+- Compilation happens in `warm_up`, outside every timer; its seconds are `compile_s`.
+
+The compiled forward runs under `torch.no_grad`, not `inference_mode`: under inference mode
+torch 2.13's compiled in-place cache update reads stale keys (logits off by up to 1.0 on
+`tiny`, checked against the dynamic cache), while under no_grad it matches to 2e-6.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, StaticCache
+
+from specbench import paths
+from specbench.models.causal import CausalLM
+
+ENGINES = ("eager", "compiled")
+HOT_TOKENS = 64  # the longest input the compiled graph takes; longer ones run eagerly
+CACHE_ROUNDING = 64  # static caches are sized in multiples of this many positions
+
+
+def static_length(positions: int) -> int:
+    """A static cache's size for sequences of up to `positions`, rounded up, so runs of nearby
+    lengths share compiled graphs (the spare slots cost a little attention)."""
+    return -(-positions // CACHE_ROUNDING) * CACHE_ROUNDING
+
+
+def describe(engine: str, **models: object) -> dict:
+    """What env.json says of the engine: its name, and per compiled model the static cache's
+    size and the seconds compilation took (spent in warm-up, outside every timer)."""
+    report: dict = {"name": engine}
+    for role, lm in models.items():
+        if isinstance(lm, CompiledCausalLM):
+            report[role] = {"static_cache": lm.max_length, "compile_s": round(lm.compile_s, 2)}
+    return report
+
+
+def use_inductor_cache() -> None:
+    """Inductor's on-disk cache under specbench's cache, so a graph compiled once (a test run,
+    an earlier cell) loads in seconds in every later process."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(paths.cache_dir() / "inductor"))
+
+
+class CompiledCausalLM(CausalLM):
+    """`CausalLM` on a static cache with a compiled step; same interface, same results up to
+    the kernels' floating-point order."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        name: str,
+        max_length: int,
+    ):
+        self.max_length = max_length
+        self.static_cache = StaticCache(config=model.config, max_cache_len=max_length)
+        super().__init__(model, tokenizer, name)
+        with torch.no_grad():  # allocate the cache outside any compiled region
+            self._forward(
+                torch.zeros(1, 1, dtype=torch.long, device=self.device), self._positions(1), ()
+            )
+        self.reset()
+        use_inductor_cache()
+        on_gpu = self.device.type == "cuda"
+        self.step = torch.compile(self._forward, mode="reduce-overhead" if on_gpu else None)
+        self.compile_s = 0.0
+
+    @classmethod
+    def from_eager(cls, lm: CausalLM, max_length: int) -> CompiledCausalLM:
+        return cls(lm.model, lm.tokenizer, lm.name, max_length)
+
+    def reset(self) -> None:
+        self.cache = self.static_cache
+        self.rollback(0)
+
+    def rollback(self, length: int) -> None:
+        if length > getattr(self, "length", 0):
+            raise ValueError(f"cannot roll back to {length}: only {self.length} tokens cached")
+        for layer in self.static_cache.layers:
+            if layer.is_initialized:
+                layer.cumulative_length.fill_(length)
+        self.length = length
+
+    def _positions(self, n: int) -> torch.Tensor:
+        return torch.arange(self.length, self.length + n, device=self.device)
+
+    def _forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        hidden_layers: tuple[int, ...],
+        keep: int = 0,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """Logits of the last `keep` positions (0: all, which the compiled graph always takes,
+        an int argument being a guard); the captured layers' outputs."""
+        capture = (
+            {"output_hidden_states": [layer + 1 for layer in hidden_layers]}
+            if hidden_layers
+            else {}
+        )
+        out = self.model(
+            input_ids=input_ids,
+            cache=self.cache,
+            cache_position=positions,
+            position_ids=positions[None],
+            use_cache=True,
+            logits_to_keep=keep,
+            **capture,
+        )
+        hidden = tuple(out.hidden_states[layer + 1][0] for layer in hidden_layers)
+        return out.logits[0], hidden
+
+    @torch.no_grad()
+    def forward_tokens(
+        self, ids: list[int], keep: int | None = None, hidden_layers: tuple[int, ...] = ()
+    ) -> torch.Tensor:
+        keep = len(ids) if keep is None else keep
+        if self.length + len(ids) > self.max_length:
+            raise ValueError(
+                f"{self.name}: {self.length} cached + {len(ids)} new positions exceed the static "
+                f"cache of {self.max_length} (run.engine=compiled sizes it from the longest "
+                "prompt plus max_new_tokens)"
+            )
+        input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
+        positions = self._positions(len(ids))
+        hot = len(ids) <= HOT_TOKENS
+        if hot and len(ids) > 1:
+            torch._dynamo.mark_dynamic(input_ids, 1, min=2, max=HOT_TOKENS)
+            torch._dynamo.mark_dynamic(positions, 0, min=2, max=HOT_TOKENS)
+        if self.time_forwards:
+            t0 = self._tick()
+        if hot and self.device.type == "cuda":
+            torch.compiler.cudagraph_mark_step_begin()
+        if hot:
+            logits, hidden = self.step(input_ids, positions, tuple(hidden_layers))
+        else:
+            logits, hidden = self._forward(input_ids, positions, tuple(hidden_layers), keep)
+        # CUDA graphs reuse their output buffers on the next replay: keep copies
+        logits = logits[-keep:].float().clone()
+        if hidden_layers:
+            self.hidden = torch.cat(hidden, -1).clone()
+        if self.time_forwards:
+            self.forward_s += self._tick() - t0
+        self.calls += 1
+        self.positions += len(ids)
+        self.length += len(ids)
+        return logits
+
+    def warm_up(self, hidden_layers: tuple[int, ...] = ()) -> float:
+        """Compile both graphs (one token; two or more) for each capture the run will ask for,
+        then forget the sequence; returns the seconds it took, also added to `compile_s`."""
+        started = time.perf_counter()
+        for layers in {(), tuple(hidden_layers)}:
+            self.reset()
+            self.forward_tokens([0], hidden_layers=layers)
+            self.forward_tokens([0, 0], hidden_layers=layers)
+            self.forward_tokens([0, 0, 0], hidden_layers=layers)
+        self.reset()
+        self.calls = self.positions = 0
+        self.compile_s += time.perf_counter() - started
+        return self.compile_s
