@@ -1,8 +1,8 @@
 """The GPU check, sized to 8 minutes: one cell of every method on the tiny world on a CUDA
 device (run.device=cuda, bfloat16; DFlash with tiny-dflash), each with its measured speedup, the cost model's
 prediction and the gap, then one cell per native diffusion family (random-init LLaDA and
-Dream decoded by PSD and dllm under Fast-dLLM's caches, MDLM drafting for SpecDiff) in bf16.
-Cells start only while the budget lasts; the rest are listed as skipped.
+Dream decoded by PSD and dllm under Fast-dLLM's caches, MDLM drafting for SpecDiff) in bf16,
+and SpS again under the compiled engine (static caches, CUDA graphs). Cells start only while the budget lasts; the rest are listed as skipped.
 
     python benchmarks/gpu_check.py --budget 480 --results "$OUT/gpu"
 """
@@ -35,6 +35,7 @@ CELLS.update(
         ],
         "mdlm-specdiff": ["method=specdiff", "drafter=random-mdlm"],
         "dflash": ["method=dflash", "drafter=tiny-dflash"],
+        "sps-compiled": [*METHOD_CELLS["sps"], "run.engine=compiled"],
     }
 )
 SECONDS_PER_CELL = 60  # a cell of 20 samples with its calibration, warm-up and cost timing

@@ -21,6 +21,7 @@ from specbench.evaluate import Arms, Job, evaluate
 from specbench.method import Method
 from specbench.metrics.summary import summarize
 from specbench.models import compiled, loading
+from specbench.models.causal import CausalLM
 from specbench.models.diffusion import ADAPTERS
 from specbench.registry import METHODS, TASKS, discover
 from specbench.results.console import print_summary
@@ -145,18 +146,18 @@ def _check_drafter_vocabulary(drafter: Any, target_tokens: int) -> None:
 
 
 def _check_engine(config: Config, method: Method) -> None:
-    """The compiled engine covers causal LMs so far; a run whose models it does not cover
-    would time one arm compiled and another eager, so it is refused."""
+    """The compiled engine covers causal LMs and DFlash drafters so far; a run whose models it
+    does not cover would time one arm compiled and another eager, so it is refused."""
     if config.run.engine != "compiled":
         return
     kinds = [config.target.kind] + ([config.drafter.kind] if method.drafter_kind else [])
-    other = next((kind for kind in kinds if kind != "causal"), None)
+    other = next((kind for kind in kinds if kind not in ("causal", "dflash")), None)
     if other:
         raise ConfigError(
             "run.engine",
             "compiled",
-            f"compiles causal LMs only so far, and method {method.name} here loads a {other} "
-            "model; allowed: run.engine=eager",
+            f"compiles causal LMs and DFlash drafters only so far, and method {method.name} "
+            f"here loads a {other} model; allowed: run.engine=eager",
         )
 
 
@@ -203,6 +204,21 @@ def warp_of(run: RunConfig) -> Warp:
     return Warp(run.temperature, run.top_k, run.top_p)
 
 
+def _check_compiled_dflash(drafter: ModelConfig) -> None:
+    """The compiled drafter masks its static cache with one mask for all layers: every layer
+    must read the whole cache both ways, as z-lab's full-attention checkpoints do."""
+    settings = loading.checkpoint_config(drafter, "drafter")
+    layer_types = set(settings.get("layer_types") or ["full_attention"])
+    if layer_types != {"full_attention"} or settings.get("is_causal"):
+        raise ConfigError(
+            "run.engine",
+            "compiled",
+            f"compiles DFlash drafters whose layers are all bidirectional full attention; "
+            f"{drafter.name} has {sorted(layer_types)}, is_causal={settings.get('is_causal')}; "
+            "allowed: run.engine=eager",
+        )
+
+
 def check_models(config: Config, method: Method) -> tuple[Any, list[tuple[str, int | None]]]:
     """Checkpoint configs and tokenizers (no weights): the target's tokenizer, and each model's
     context length for `fit_context`."""
@@ -214,6 +230,8 @@ def check_models(config: Config, method: Method) -> tuple[Any, list[tuple[str, i
         return tokenizer, contexts
     if method.drafter_kind == "dflash":  # no tokenizer of its own: it reads the target's states
         loading.check_dflash_drafter(config.drafter, config.target)
+        if config.run.engine == "compiled":
+            _check_compiled_dflash(config.drafter)
         return tokenizer, contexts
     why = _same_tokenizer(
         tokenizer,
@@ -346,10 +364,11 @@ def load_models(plan: Plan) -> tuple[Any, Any]:
     if config.run.engine == "compiled":
         length = longest_sequence(plan)
         target = compiled.CompiledCausalLM.from_eager(target, length)
-        drafter = drafter and compiled.CompiledCausalLM.from_eager(drafter, length)
-        for lm in (target, drafter):
-            if lm is not None:
-                lm.warm_up()
+        # a DFlash drafter's loop compiles its model when the method builds it on this target
+        target.warm_up(tuple(getattr(drafter, "target_layer_ids", ())))
+        if isinstance(drafter, CausalLM):
+            drafter = compiled.CompiledCausalLM.from_eager(drafter, length)
+            drafter.warm_up()
     return target, drafter
 
 
@@ -430,7 +449,10 @@ def measure(plan: Plan) -> dict[str, Any]:
         config.run,
     )
     env = environment(plan.device, config_hash(plan.identity))
-    env["engine"] = compiled.describe(config.run.engine, target=target, drafter=drafter)
+    loop_drafter = getattr(arms.method, "drafter", None)  # a CausalLM's drafter loop holds it
+    env["engine"] = compiled.describe(
+        config.run.engine, target=target, drafter=getattr(loop_drafter, "lm", loop_drafter)
+    )
     plan.store.write_json("env.json", env)
     mirror = WandbMirror(
         plan.identity["logging"]["wandb"],

@@ -73,7 +73,6 @@ def test_knob_out_of_range(override: str, key: str, value: str, tmp_path: Path) 
     ("overrides", "why"),
     [
         (["run.engine=jit"], "allowed: eager, compiled"),
-        (["run.engine=compiled", *DFLASH], "loads a dflash model"),
         (["run.engine=compiled", "method=specdiff", "drafter=tiny-dlm"], "loads a diffusion"),
     ],
 )
@@ -139,6 +138,17 @@ def test_a_dflash_checkpoint_naming_what_the_target_lacks(
     config.save_pretrained(tmp_path / "drafter")  # its config is all the check reads
     override = f"drafter.name_or_path={tmp_path / 'drafter'}"
     assert why in fails([*DFLASH, override], "drafter.name_or_path", "drafter", tmp_path)
+
+
+def test_a_dflash_drafter_the_compiled_engine_cannot_mask(tmp_path: Path) -> None:
+    from specbench.models.random_dflash import dflash_config
+    from specbench.models.random_init import random_target
+
+    config = dflash_config(random_target().config, [1, 2], 8, mask_token_id=0)
+    config.layer_types = ["sliding_attention"] * config.num_hidden_layers
+    config.save_pretrained(tmp_path / "drafter")
+    overrides = [*DFLASH, f"drafter.name_or_path={tmp_path / 'drafter'}", "run.engine=compiled"]
+    assert "sliding_attention" in fails(overrides, "run.engine", "compiled", tmp_path)
 
 
 def test_drafter_with_another_tokenizer(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """The compiled engine: the same logits as the eager engine through every cache move decoding
-makes, the same exactness (compiled SpS token-identical to the compiled baseline), and its
-compile time in env.json."""
+makes, the same exactness (compiled SpS and DFlash token-identical to the compiled baseline),
+and its compile time in env.json."""
 
 from __future__ import annotations
 
@@ -63,10 +63,16 @@ def test_static_caches_are_sized_in_whole_blocks() -> None:
     assert [static_length(n) for n in (1, 64, 65, 300)] == [64, 64, 128, 320]
 
 
-def test_compiled_sps_is_token_identical_to_the_compiled_baseline(tmp_path) -> None:
+@pytest.mark.parametrize(
+    "cell", [["method=sps", "drafter=tiny-ar"], ["method=dflash", "drafter=tiny-dflash"]]
+)
+def test_compiled_speculation_is_token_identical_to_the_compiled_baseline(
+    cell: list[str], tmp_path
+) -> None:
+    """SpS with a compiled drafter, DFlash with its compiled drafter loop reading the compiled
+    target's hidden states: every sample equal to the compiled target's own decoding."""
     cfg = compose_cfg(
-        "method=sps",
-        "drafter=tiny-ar",
+        *cell,
         "task=tiny_code",
         "run.limit=3",
         "run.max_new_tokens=40",
@@ -79,7 +85,8 @@ def test_compiled_sps_is_token_identical_to_the_compiled_baseline(tmp_path) -> N
     records = [json.loads(line) for line in (plan.store.run_dir / "records.jsonl").open()]
     for record in records:
         assert record["method"]["output_ids"] == record["baseline"]["output_ids"]
-    env = json.loads((plan.store.run_dir / "env.json").read_text())
-    assert env["engine"]["name"] == "compiled"
-    assert env["engine"]["target"]["static_cache"] == static_length(128 + 40)
-    assert env["engine"]["target"]["compile_s"] > 0
+    assert sum(sum(r["accepted_per_round"]) for r in records) > 0  # the drafts were used
+    env = json.loads((plan.store.run_dir / "env.json").read_text())["engine"]
+    assert env["name"] == "compiled"
+    assert env["target"]["static_cache"] == static_length(128 + 40)
+    assert env["target"]["compile_s"] > 0 and env["drafter"]["compile_s"] > 0

@@ -43,7 +43,7 @@ def describe(engine: str, **models: object) -> dict:
     size and the seconds compilation took (spent in warm-up, outside every timer)."""
     report: dict = {"name": engine}
     for role, lm in models.items():
-        if isinstance(lm, CompiledCausalLM):
+        if getattr(lm, "static_cache", None) is not None:
             report[role] = {"static_cache": lm.max_length, "compile_s": round(lm.compile_s, 2)}
     return report
 
@@ -52,6 +52,21 @@ def use_inductor_cache() -> None:
     """Inductor's on-disk cache under specbench's cache, so a graph compiled once (a test run,
     an earlier cell) loads in seconds in every later process."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(paths.cache_dir() / "inductor"))
+
+
+def compile_forward(forward, device: torch.device):
+    """`forward` compiled as the engine compiles: inductor's kernels on a CPU, CUDA graphs
+    on a GPU; its graphs cached on disk under the specbench cache."""
+    use_inductor_cache()
+    return torch.compile(forward, mode="reduce-overhead" if device.type == "cuda" else None)
+
+
+def seek(cache: StaticCache, length: int) -> None:
+    """Set a static cache's write position (transformers' `StaticLayer.cumulative_length`,
+    where its next `update` writes) to `length`: the rollback of a static cache."""
+    for layer in cache.layers:
+        if layer.is_initialized:
+            layer.cumulative_length.fill_(length)
 
 
 class CompiledCausalLM(CausalLM):
@@ -68,14 +83,14 @@ class CompiledCausalLM(CausalLM):
         self.max_length = max_length
         self.static_cache = StaticCache(config=model.config, max_cache_len=max_length)
         super().__init__(model, tokenizer, name)
-        with torch.no_grad():  # allocate the cache outside any compiled region
+        # outside any compiled region: allocate the cache, and let transformers install the
+        # hooks that capture hidden states (installing them inside a graph breaks it)
+        with torch.no_grad():
             self._forward(
-                torch.zeros(1, 1, dtype=torch.long, device=self.device), self._positions(1), ()
+                torch.zeros(1, 1, dtype=torch.long, device=self.device), self._positions(1), (0,)
             )
         self.reset()
-        use_inductor_cache()
-        on_gpu = self.device.type == "cuda"
-        self.step = torch.compile(self._forward, mode="reduce-overhead" if on_gpu else None)
+        self.step = compile_forward(self._forward, self.device)
         self.compile_s = 0.0
 
     @classmethod
@@ -89,9 +104,7 @@ class CompiledCausalLM(CausalLM):
     def rollback(self, length: int) -> None:
         if length > getattr(self, "length", 0):
             raise ValueError(f"cannot roll back to {length}: only {self.length} tokens cached")
-        for layer in self.static_cache.layers:
-            if layer.is_initialized:
-                layer.cumulative_length.fill_(length)
+        seek(self.static_cache, length)
         self.length = length
 
     def _positions(self, n: int) -> torch.Tensor:

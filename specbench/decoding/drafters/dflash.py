@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
 
 from specbench.decoding.configs import DFlashConfig
 from specbench.decoding.drafters.ar import rule_label
@@ -43,6 +43,7 @@ from specbench.errors import ConfigError
 from specbench.metrics import cost
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
+from specbench.models.compiled import HOT_TOKENS, CompiledCausalLM, compile_forward, seek
 from specbench.registry import METHODS
 
 
@@ -65,18 +66,74 @@ class DFlashDrafter(Drafter):
         self.scale = float(draft_value(model.config, "input_embedding_scale", 1.0))
         self.selector = getattr(model, "candidate_selector", None)  # DFlash 2
         self.calls = 0
+        # the compiled engine: the target's, so both sides of a round run alike
+        self.static = isinstance(target, CompiledCausalLM)
+        self.compile_s = 0.0
+        if self.static:
+            # a block may reach one position past the generation budget (see `draft`)
+            self.max_length = target.max_length + block_size
+            self.static_cache = StaticCache(config=model.config, max_cache_len=self.max_length)
+            config = model.config
+            self.static_cache.early_initialization(
+                1,
+                config.num_key_value_heads,
+                config.head_dim,
+                self.embedding.dtype,
+                self.embedding.device,
+            )
+            self.step = compile_forward(self._forward, self.embedding.device)
         self.reset()
+        if self.static:
+            self.warm_up()
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
-        self.cache.activate_past_recording()  # sliding-window layers can then be cropped
+        if self.static:
+            self.cache = self.static_cache
+            seek(self.cache, 0)
+        else:
+            self.cache = DynamicCache(config=self.model.config)
+            self.cache.activate_past_recording()  # sliding-window layers can then be cropped
         self.cached = 0  # context positions in the cache
         self.unseen: torch.Tensor | None = None  # features of committed positions after those
+
+    def _forward(
+        self, features: torch.Tensor, noise: torch.Tensor, start: torch.Tensor
+    ) -> torch.Tensor:
+        """The drafter over a block, the new context's features from position `start` on; on a
+        static cache every slot past the block is masked (DFlash's layers read the whole
+        cache in both directions)."""
+        positions = start + torch.arange(features.shape[1] + noise.shape[1], device=start.device)
+        visible = None
+        if self.static:
+            slots = torch.arange(self.max_length, device=start.device)
+            visible = (slots <= positions[-1])[None, None, None, :]
+        return self.model(
+            target_hidden=features,
+            noise_embedding=noise,
+            position_ids=positions[None],
+            attention_mask=visible,
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+
+    def warm_up(self) -> None:
+        """Compile the drafter's graphs (one new context position; several) before any timer."""
+        started = time.perf_counter()
+        width = len(self.hidden_layers) * self.model.config.hidden_size
+        for n_context in (1, 2, 3):
+            self.reset()
+            self.observe(self.embedding.new_zeros(n_context, width))
+            self.draft(
+                [0] * (n_context + 1), self.block_size - 1, torch.Generator(self.embedding.device)
+            )
+        self.reset()
+        self.calls = 0
+        self.compile_s += time.perf_counter() - started
 
     def observe(self, hidden: torch.Tensor) -> None:
         self.unseen = hidden if self.unseen is None else torch.cat([self.unseen, hidden])
 
-    @torch.inference_mode()
+    @torch.no_grad()  # not inference_mode: see specbench/models/compiled.py
     def draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft:
         if n == 0 or self.unseen is None:  # the first round is the target's prefill alone
             return Draft([], None, 0, 0.0)
@@ -90,14 +147,27 @@ class DFlashDrafter(Drafter):
         width = min(self.block_size, n + 2)
         block = torch.full((1, width), self.mask_id, dtype=torch.long, device=device)
         block[0, 0] = context[-1]
-        state = self.model(
-            target_hidden=self.unseen[None],
-            noise_embedding=F.embedding(block, self.embedding) * self.scale,
-            position_ids=torch.arange(self.cached, anchor + width, device=device)[None],
-            past_key_values=self.cache,
-            use_cache=True,
-        )[:, 1 : n + 1]
-        self.cache.crop(-width)  # the context's keys and values stay, the block's go
+        if self.static and anchor + width > self.max_length:
+            raise ValueError(
+                f"DFlash drafter: a block to position {anchor + width} exceeds the static cache "
+                f"of {self.max_length}"
+            )
+        features = self.unseen[None]
+        noise = F.embedding(block, self.embedding) * self.scale
+        start = torch.tensor(self.cached, device=device)
+        if self.static and len(self.unseen) <= HOT_TOKENS:
+            if len(self.unseen) > 1:
+                torch._dynamo.mark_dynamic(features, 1, min=2, max=HOT_TOKENS)
+            torch._dynamo.mark_dynamic(noise, 1, min=2, max=HOT_TOKENS)
+            state = self.step(features, noise, start).clone()
+        else:
+            state = self._forward(features, noise, start)
+        state = state[:, 1 : n + 1]
+        # the context's keys and values stay, the block's go
+        if self.static:
+            seek(self.cache, anchor)
+        else:
+            self.cache.crop(-width)
         self.cached, self.unseen = anchor, None
         self.calls += 1
         logits = self.model.compute_logits(state, self.head)
@@ -191,6 +261,9 @@ class DFlash(DraftVerifyMethod):
 
         def show_features(context: list[int]) -> None:
             seen = drafter.cached + (0 if drafter.unseen is None else len(drafter.unseen))
+            if len(context) - 1 <= seen:  # the timed contexts started again: so does the drafter
+                drafter.reset()
+                seen = 0
             drafter.observe(drafter.embedding.new_zeros(len(context) - 1 - seen, width))
 
         drafter.reset()
