@@ -79,12 +79,14 @@ def label(config: dict[str, Any]) -> str:
 
 
 def display(row: dict) -> str:
-    """The method's label, then target and drafter (and a sampling temperature)."""
+    """The method's label, then target and drafter (and a sampling temperature, and the
+    engine when it is not the default eager one)."""
     models = (
         row["target"] if row["drafter"] in (None, "none") else f"{row['target']}/{row['drafter']}"
     )
     temperature = f" t{row['temperature']:g}" if row["temperature"] else ""
-    return f"{row['label']} · {models}{temperature}"
+    engine = f" [{row['run.engine']}]" if row.get("run.engine", "eager") != "eager" else ""
+    return f"{row['label']} · {models}{temperature}{engine}"
 
 
 def disambiguate(frame: pd.DataFrame, by: str) -> pd.Series:
