@@ -133,8 +133,12 @@ class DFlashDrafter(Drafter):
     def observe(self, hidden: torch.Tensor) -> None:
         self.unseen = hidden if self.unseen is None else torch.cat([self.unseen, hidden])
 
-    @torch.no_grad()  # not inference_mode: see specbench/models/compiled.py
     def draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft:
+        # the compiled engine's graphs run under no_grad (see specbench/models/compiled.py)
+        with torch.no_grad() if self.static else torch.inference_mode():
+            return self._draft(context, n, generator)
+
+    def _draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft:
         if n == 0 or self.unseen is None:  # the first round is the target's prefill alone
             return Draft([], None, 0, 0.0)
         device = self.embedding.device
