@@ -73,7 +73,11 @@ def write_run(root: Path, cell: dict, records: list[dict], task: str = "tiny_cod
         "drafter": {"name": drafter},
         "method": asdict(method.cfg),
         "task": {"name": task},
-        "run": {"experiment": experiment, "temperature": cell.get("temperature", 0.0)},
+        "run": {
+            "experiment": experiment,
+            "temperature": cell.get("temperature", 0.0),
+            **{k.split(".", 1)[1]: v for k, v in cell.items() if k.startswith("run.")},
+        },
     }
     run_id = f"{cls.name}-{target}-{drafter}-{task}-{config_hash(config)[:8]}"
     run_dir = root / experiment / run_id
