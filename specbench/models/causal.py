@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
@@ -46,21 +47,17 @@ class CausalLM:
         Only those layers are captured, and nothing without them."""
         keep = len(ids) if keep is None else keep
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
-        # hidden_states[0] is the embeddings' output, hidden_states[l + 1] layer l's
-        capture = (
-            {"output_hidden_states": [layer + 1 for layer in hidden_layers]}
-            if hidden_layers
-            else {}
-        )
         if self.time_forwards:
             t0 = self._tick()
         out = self.model(
-            input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=keep, **capture
+            input_ids=input_ids,
+            cache=self.cache,
+            use_cache=True,
+            logits_to_keep=keep,
+            **capture(hidden_layers),
         )
         if hidden_layers:
-            self.hidden = torch.cat(
-                [out.hidden_states[layer + 1][0] for layer in hidden_layers], -1
-            )
+            self.hidden = captured(out, hidden_layers)
         if self.time_forwards:
             self.forward_s += self._tick() - t0
         self.calls += 1
@@ -92,6 +89,19 @@ class CausalLM:
         if remove:
             self.cache.crop(-remove)
             self.length = length
+
+
+def capture(hidden_layers: tuple[int, ...]) -> dict:
+    """The forward's arguments that capture decoder layers `hidden_layers` (0-based; in
+    transformers' `hidden_states`, index 0 is the embeddings' output and l + 1 layer l's)."""
+    if not hidden_layers:
+        return {}
+    return {"output_hidden_states": [layer + 1 for layer in hidden_layers]}
+
+
+def captured(out: Any, hidden_layers: tuple[int, ...]) -> torch.Tensor:
+    """The captured layers' outputs, concatenated along features: [positions, len * hidden]."""
+    return torch.cat([out.hidden_states[layer + 1][0] for layer in hidden_layers], -1)
 
 
 def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:

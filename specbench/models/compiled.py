@@ -25,7 +25,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, StaticCache
 
 from specbench import paths
-from specbench.models.causal import CausalLM
+from specbench.models.causal import CausalLM, capture, captured
 
 ENGINES = ("eager", "compiled")
 HOT_TOKENS = 64  # the longest input the compiled graph takes; longer ones run eagerly
@@ -59,6 +59,20 @@ def compile_forward(forward, device: torch.device):
     on a GPU; its graphs cached on disk under the specbench cache."""
     use_inductor_cache()
     return torch.compile(forward, mode="reduce-overhead" if device.type == "cuda" else None)
+
+
+def begin_step(device: torch.device) -> None:
+    """Before a compiled call: on a GPU, tell CUDA graphs the previous outputs are released."""
+    if device.type == "cuda":
+        torch.compiler.cudagraph_mark_step_begin()
+
+
+def keep_outputs(device: torch.device, *outputs: torch.Tensor | None) -> tuple:
+    """A compiled call's outputs, copied on a GPU, where CUDA graphs overwrite their buffers at
+    the next replay; on a CPU each call's outputs are its own, and no copy is made."""
+    if device.type != "cuda":
+        return outputs
+    return tuple(None if t is None else t.clone() for t in outputs)
 
 
 def seek(cache: StaticCache, length: int) -> None:
@@ -99,10 +113,11 @@ class CompiledCausalLM(CausalLM):
 
     def reset(self) -> None:
         self.cache = self.static_cache
-        self.rollback(0)
+        self.length = 0
+        seek(self.static_cache, 0)
 
     def rollback(self, length: int) -> None:
-        if length > getattr(self, "length", 0):
+        if length > self.length:
             raise ValueError(f"cannot roll back to {length}: only {self.length} tokens cached")
         seek(self.static_cache, length)
         self.length = length
@@ -116,14 +131,9 @@ class CompiledCausalLM(CausalLM):
         positions: torch.Tensor,
         hidden_layers: tuple[int, ...],
         keep: int = 0,
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits of the last `keep` positions (0: all, which the compiled graph always takes,
-        an int argument being a guard); the captured layers' outputs."""
-        capture = (
-            {"output_hidden_states": [layer + 1 for layer in hidden_layers]}
-            if hidden_layers
-            else {}
-        )
+        an int argument being a guard); the captured layers' outputs, if any."""
         out = self.model(
             input_ids=input_ids,
             cache=self.cache,
@@ -131,10 +141,9 @@ class CompiledCausalLM(CausalLM):
             position_ids=positions[None],
             use_cache=True,
             logits_to_keep=keep,
-            **capture,
+            **capture(hidden_layers),
         )
-        hidden = tuple(out.hidden_states[layer + 1][0] for layer in hidden_layers)
-        return out.logits[0], hidden
+        return out.logits[0], captured(out, hidden_layers) if hidden_layers else None
 
     @torch.no_grad()
     def forward_tokens(
@@ -155,16 +164,15 @@ class CompiledCausalLM(CausalLM):
             torch._dynamo.mark_dynamic(positions, 0, min=2, max=HOT_TOKENS)
         if self.time_forwards:
             t0 = self._tick()
-        if hot and self.device.type == "cuda":
-            torch.compiler.cudagraph_mark_step_begin()
         if hot:
+            begin_step(self.device)
             logits, hidden = self.step(input_ids, positions, tuple(hidden_layers))
+            logits, hidden = keep_outputs(self.device, logits[-keep:], hidden)
         else:
             logits, hidden = self._forward(input_ids, positions, tuple(hidden_layers), keep)
-        # CUDA graphs reuse their output buffers on the next replay: keep copies
-        logits = logits[-keep:].float().clone()
         if hidden_layers:
-            self.hidden = torch.cat(hidden, -1).clone()
+            self.hidden = hidden
+        logits = logits.float()
         if self.time_forwards:
             self.forward_s += self._tick() - t0
         self.calls += 1

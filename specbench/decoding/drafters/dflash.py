@@ -43,7 +43,14 @@ from specbench.errors import ConfigError
 from specbench.metrics import cost
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
-from specbench.models.compiled import HOT_TOKENS, CompiledCausalLM, compile_forward, seek
+from specbench.models.compiled import (
+    HOT_TOKENS,
+    CompiledCausalLM,
+    begin_step,
+    compile_forward,
+    keep_outputs,
+    seek,
+)
 from specbench.registry import METHODS
 
 
@@ -163,7 +170,8 @@ class DFlashDrafter(Drafter):
             if len(self.unseen) > 1:
                 torch._dynamo.mark_dynamic(features, 1, min=2, max=HOT_TOKENS)
             torch._dynamo.mark_dynamic(noise, 1, min=2, max=HOT_TOKENS)
-            state = self.step(features, noise, start).clone()
+            begin_step(device)
+            (state,) = keep_outputs(device, self.step(features, noise, start))
         else:
             state = self._forward(features, noise, start)
         state = state[:, 1 : n + 1]
