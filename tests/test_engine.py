@@ -5,6 +5,7 @@ and its compile time in env.json."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -63,30 +64,41 @@ def test_static_caches_are_sized_in_whole_blocks() -> None:
     assert [static_length(n) for n in (1, 64, 65, 300)] == [64, 64, 128, 320]
 
 
-@pytest.mark.parametrize(
-    "cell", [["method=sps", "drafter=tiny-ar"], ["method=dflash", "drafter=tiny-dflash"]]
-)
-def test_compiled_speculation_is_token_identical_to_the_compiled_baseline(
-    cell: list[str], tmp_path
-) -> None:
-    """SpS with a compiled drafter, DFlash with its compiled drafter loop reading the compiled
-    target's hidden states: every sample equal to the compiled target's own decoding."""
+def run_records(cell: list[str], engine: str, results: Path) -> tuple[dict, list[dict], dict]:
+    """The cell's summary, records and env.json under `engine`: 3 tiny_code prompts x 40."""
     cfg = compose_cfg(
         *cell,
         "task=tiny_code",
         "run.limit=3",
         "run.max_new_tokens=40",
-        "run.engine=compiled",
-        f"run.results_dir={tmp_path}",
+        f"run.engine={engine}",
+        f"run.results_dir={results}",
     )
     plan = prepare(cfg)
     summary = execute(plan)
+    run_dir = plan.store.run_dir
+    records = [json.loads(line) for line in (run_dir / "records.jsonl").open()]
+    return summary, records, json.loads((run_dir / "env.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "cell", [["method=sps", "drafter=tiny-ar"], ["method=dflash", "drafter=tiny-dflash"]]
+)
+def test_compiled_speculation_is_exact_and_drafts_as_eager_does(cell: list[str], tmp_path) -> None:
+    """SpS with a compiled drafter, DFlash with its compiled drafter loop reading the compiled
+    target's hidden states: every sample equal to the compiled target's own decoding, and
+    every round accepting what the eager engine's round accepts (the same drafts: a wrong
+    cache, mask or captured layer in the compiled drafter changes them, never the output)."""
+    summary, records, env = run_records(cell, "compiled", tmp_path / "compiled")
     assert summary["n_samples"] == 3 and summary["lossless_rate"] == 1.0
-    records = [json.loads(line) for line in (plan.store.run_dir / "records.jsonl").open()]
     for record in records:
         assert record["method"]["output_ids"] == record["baseline"]["output_ids"]
+    _, eager, _ = run_records(cell, "eager", tmp_path / "eager")
+    for got, want in zip(records, eager, strict=True):
+        assert got["method"]["output_ids"] == want["method"]["output_ids"]
+        assert got["accepted_per_round"] == want["accepted_per_round"]
     assert sum(sum(r["accepted_per_round"]) for r in records) > 0  # the drafts were used
-    env = json.loads((plan.store.run_dir / "env.json").read_text())["engine"]
-    assert env["name"] == "compiled"
-    assert env["target"]["static_cache"] == static_length(128 + 40)
-    assert env["target"]["compile_s"] > 0 and env["drafter"]["compile_s"] > 0
+    engine = env["engine"]
+    assert engine["name"] == "compiled"
+    assert engine["target"]["static_cache"] == static_length(128 + 40)
+    assert engine["target"]["compile_s"] > 0 and engine["drafter"]["compile_s"] > 0
