@@ -84,17 +84,17 @@ class PSDDecoder(BlockDecoder):
         """The deepest m whose every step is what the policy does on the verifier's output, and
         the scores of D_m's logits (None when D_m is finished), each row scored once."""
         for m in range(1, len(chain)):
-            scores = self.scores(verified[m - 1])
+            scores = self.scores(verified[m - 1], chain[m - 1])
             if not torch.equal(self.policy_step(chain[m - 1], scores, policy, step + m), chain[m]):
                 return m - 1, scores
         m = len(chain) - 1
-        return m, self.scores(verified[m]) if m < len(verified) else None
+        return m, self.scores(verified[m], chain[m]) if m < len(verified) else None
 
     def decode_block(
         self, canvas: torch.Tensor, lo: int, hi: int, policy: Policy, trace: Trace, scan: StopScan
     ) -> None:
         mask = self.target.mask_id
-        scores = self.scores(self.target.canvas_logits(canvas, lo, hi)[0])
+        scores = self.scores(self.target.canvas_logits(canvas, lo, hi)[0], canvas[0, lo:hi])
         trace.call()
         step = 0
         while True:

@@ -108,7 +108,7 @@ class SpiffyDecoder(BlockDecoder):
         mask = self.target.mask_id
         logits = self.target.canvas_logits(canvas, lo, hi)[0]
         trace.call()
-        scores = self.scores(logits)
+        scores = self.scores(logits, canvas[0, lo:hi])
         step = 0
         while True:
             real = self.policy_step(canvas[0, lo:hi], scores, policy, step)  # the certain step
@@ -130,7 +130,7 @@ class SpiffyDecoder(BlockDecoder):
             trace.verify_s += time.perf_counter() - drafted
             state, logits, node, accepted = real, verified[0], None, 0
             while (state == mask).any():
-                scores = self.scores(logits)  # also the next certain step's, if none matches
+                scores = self.scores(logits, state)  # also the next certain step's, if none matches
                 true_next = self.policy_step(state, scores, policy, step + accepted + 1)
                 options = self.roots if node is None else self.children[node]
                 match = next(

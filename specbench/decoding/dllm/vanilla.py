@@ -91,10 +91,18 @@ class BlockDecoder:
         """Whether this decoder reads the target through a prefix cache that is not exact."""
         return self.cfg.prefix_cache and not self.target.exact_prefix_cache
 
-    def scores(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each position's greedy token and confidence: what a policy ranks."""
+    def scores(
+        self, logits: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each position's greedy token and confidence from the `logits` of the block `state`:
+        what a policy ranks. A policy ranks masked positions only, and a committed position
+        never becomes masked again, so only `state`'s masked rows are scored (a softmax over
+        the vocabulary each); a committed position keeps its token, at confidence -inf."""
+        masked = (state == self.target.mask_id).nonzero()[:, 0]
         reference = self.target.reference(self.cfg.policy)
-        return greedy_confidence(logits, self.cfg.confidence, reference)
+        tokens, conf = greedy_confidence(logits[masked], self.cfg.confidence, reference)
+        unranked = torch.full(state.shape, -torch.inf, dtype=conf.dtype, device=conf.device)
+        return state.index_put((masked,), tokens), unranked.index_put_((masked,), conf)
 
     def policy_step(
         self, state: torch.Tensor, scores: tuple, policy: Policy, step: int
@@ -165,7 +173,7 @@ class BlockDecoder:
         for step in range(policy.steps or hi - lo):
             logits = self.target.canvas_logits(canvas, lo, hi)[0]
             trace.call()
-            state = self.policy_step(block, self.scores(logits), policy, step)
+            state = self.policy_step(block, self.scores(logits, block), policy, step)
             trace.commit(block, state)
             block[:] = state
             if self.observe:
