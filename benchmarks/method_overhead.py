@@ -7,6 +7,9 @@ time: the share of decoding the harness itself spends (drafting logic, acceptanc
 stop checks). Peak memory: the process's peak RSS (each cell runs in its own process) or, on a
 GPU, torch's peak allocation.
 
+Every cell runs under both engines (`run.engine=eager` and `compiled`) unless `--engine` picks
+one; two untimed decodes warm each up (under the compiled engine they compile the graphs).
+
     python benchmarks/method_overhead.py --threads 2
 """
 
@@ -24,6 +27,7 @@ from hydra import compose, initialize_config_dir
 
 from specbench import paths
 from specbench.metrics.speed import synchronize
+from specbench.models.compiled import ENGINES
 from specbench.pipeline import load_models, prepare
 from specbench.registry import discover
 
@@ -63,6 +67,7 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict:
     overrides = [
         *CELLS[cell],
         f"run.device={args.device}",
+        f"run.engine={args.engine or 'eager'}",
         f"run.max_new_tokens={args.max_new_tokens}",
         "logging.wandb.mode=disabled",
         "run.results_dir=/tmp/specbench-bench",
@@ -74,12 +79,13 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict:
     clock = {"model_s": 0.0}
     for model in filter(None, (target, drafter)):
         time_calls(model, clock, plan.device)
-    prompts = [plan.prompt_ids[s.id] for s in plan.samples[: args.samples + 1]]
-    decoder.generate(prompts[0], args.max_new_tokens, torch.Generator())  # warm-up
+    prompts = [plan.prompt_ids[s.id] for s in plan.samples[: args.samples + 2]]
+    for prompt in prompts[:2]:  # warm-up
+        decoder.generate(prompt, args.max_new_tokens, torch.Generator())
     if plan.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(plan.device)
     clock["model_s"], tokens, wall = 0.0, 0, 0.0
-    for prompt in prompts[1:]:
+    for prompt in prompts[2:]:
         gen = decoder.generate(prompt, args.max_new_tokens, torch.Generator())
         tokens += len(gen.tokens)
         wall += gen.wall_s
@@ -90,6 +96,7 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict:
     )
     return {
         "cell": cell,
+        "engine": args.engine or "eager",
         "tok_s": tokens / wall,
         "overhead": 1 - clock["model_s"] / wall,
         "peak_mib": peak,
@@ -103,22 +110,27 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--cell", choices=sorted(CELLS), help="one cell, in this process")
+    parser.add_argument("--engine", choices=ENGINES, help="one engine (default: both)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.cell:
         print(json.dumps(run_cell(args.cell, args)))
         return
-    print(f"{'cell':<10} {'tok/s':>8} {'overhead':>9} {'peak MiB':>9}")
-    for cell in CELLS:  # one process per cell: peak RSS is per process
-        out = subprocess.run(
-            [sys.executable, __file__, "--cell", cell, *sys.argv[1:]],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        row = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"{cell:<10} {row['tok_s']:8.1f} {row['overhead']:9.1%} {row['peak_mib']:9.0f}")
+    print(f"{'cell':<10} {'engine':<9} {'tok/s':>8} {'overhead':>9} {'peak MiB':>9}")
+    for cell in CELLS:  # one process per cell and engine: peak RSS is per process
+        for engine in [args.engine] if args.engine else ENGINES:
+            out = subprocess.run(
+                [sys.executable, __file__, "--cell", cell, "--engine", engine, *sys.argv[1:]],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            row = json.loads(out.stdout.strip().splitlines()[-1])
+            print(
+                f"{cell:<10} {engine:<9} {row['tok_s']:8.1f} {row['overhead']:9.1%} "
+                f"{row['peak_mib']:9.0f}"
+            )
 
 
 if __name__ == "__main__":

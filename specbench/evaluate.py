@@ -1,8 +1,9 @@
-"""The loop over samples: warm-up, then per sample every arm (baseline, method, references; the
+"""The warm-up, then the loop over samples: per sample every arm (baseline, method, references; the
 order rotating, same seed), scoring, and one `Record` appended the moment the sample is done."""
 
 from __future__ import annotations
 
+import time
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -141,16 +142,29 @@ def divergence_gap(job: Job, base: Decoded, index: int) -> tuple[float | None, b
     return gap, gap <= tie_tolerance(dtype, first)
 
 
+def running(job: Job) -> dict[str, Decoder]:
+    """Every arm that decodes, by name."""
+    arms = {"baseline": job.arms.baseline, "method": job.arms.method}
+    arms.update({k: v for k, v in job.arms.references.items() if v is not None})
+    return {k: v for k, v in arms.items() if v is not None}
+
+
+def warm_up(job: Job, store: RunStore) -> float:
+    """`run.warmup` untimed decodes of every arm on the samples still to do; returns their
+    seconds (under the compiled engine they build a diffusion model's graphs)."""
+    todo = [s for s in job.samples if s.id not in store.done]
+    started = time.perf_counter()
+    for i in range(job.run.warmup if todo else 0):
+        for decoder in running(job).values():
+            decode(job, decoder, todo[i % len(todo)])
+    return time.perf_counter() - started
+
+
 def evaluate(job: Job, store: RunStore, mirror: WandbMirror) -> None:
     todo = [s for s in job.samples if s.id not in store.done]
     if not todo:
         return
-    arms = {"baseline": job.arms.baseline, "method": job.arms.method}
-    arms.update({k: v for k, v in job.arms.references.items() if v is not None})
-    arms = {k: v for k, v in arms.items() if v is not None}
-    for i in range(job.run.warmup):
-        for decoder in arms.values():
-            decode(job, decoder, todo[i % len(todo)])
+    arms = running(job)
 
     bar = tqdm(
         todo, desc="samples", unit="sample", disable=not job.run.progress, dynamic_ncols=True

@@ -17,12 +17,12 @@ from specbench.config import Config, ModelConfig, RunConfig
 from specbench.decoding.generation import Stop
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
-from specbench.evaluate import Arms, Job, evaluate
+from specbench.evaluate import Arms, Job, evaluate, warm_up
 from specbench.method import Method
 from specbench.metrics.summary import summarize
 from specbench.models import compiled, loading
 from specbench.models.causal import CausalLM
-from specbench.models.diffusion import ADAPTERS
+from specbench.models.diffusion import ADAPTERS, MaskedDiffusionLM
 from specbench.registry import METHODS, TASKS, discover
 from specbench.results.console import print_summary
 from specbench.results.env import environment, fingerprint
@@ -146,18 +146,17 @@ def _check_drafter_vocabulary(drafter: Any, target_tokens: int) -> None:
 
 
 def _check_engine(config: Config, method: Method) -> None:
-    """The compiled engine covers causal LMs and DFlash drafters so far; a run whose models it
-    does not cover would time one arm compiled and another eager, so it is refused."""
-    if config.run.engine != "compiled":
+    """A compiled diffusion model compiles its graphs in the run's warm-up decodes: without
+    one, the first timed sample would time the compiler."""
+    if config.run.engine != "compiled" or config.run.warmup >= 1:
         return
     kinds = [config.target.kind] + ([config.drafter.kind] if method.drafter_kind else [])
-    other = next((kind for kind in kinds if kind not in ("causal", "dflash")), None)
-    if other:
+    if "diffusion" in kinds:
         raise ConfigError(
-            "run.engine",
-            "compiled",
-            f"compiles causal LMs and DFlash drafters only so far, and method {method.name} "
-            f"here loads a {other} model; allowed: run.engine=eager",
+            "run.warmup",
+            config.run.warmup,
+            f"method {method.name} here compiles a diffusion model in the warm-up decodes "
+            "under run.engine=compiled; allowed: >= 1",
         )
 
 
@@ -362,14 +361,25 @@ def load_models(plan: Plan) -> tuple[Any, Any]:
         dtype = config.target.dtype or config.run.dtype if kind == "dflash" else config.run.dtype
         drafter = load[kind](config.drafter, "drafter", plan.device, dtype)
     if config.run.engine == "compiled":
-        length = longest_sequence(plan)
-        target = compiled.CompiledCausalLM.from_eager(target, length)
-        # a DFlash drafter's loop compiles its model when the method builds it on this target
-        target.warm_up(tuple(getattr(drafter, "target_layer_ids", ())))
-        if isinstance(drafter, CausalLM):
-            drafter = compiled.CompiledCausalLM.from_eager(drafter, length)
-            drafter.warm_up()
+        target, drafter = _compile(plan, target, drafter)
     return target, drafter
+
+
+def _compile(plan: Plan, target: Any, drafter: Any) -> tuple[Any, Any]:
+    """The models under the compiled engine: causal LMs on static caches, warmed up here; a
+    diffusion model's hot methods compiled, its graphs built by the run's warm-up decodes; a
+    DFlash drafter's loop compiles its model when the method builds it on the target."""
+
+    def convert(lm: Any, hidden_layers: tuple[int, ...] = ()) -> Any:
+        if isinstance(lm, CausalLM):
+            lm = compiled.CompiledCausalLM.from_eager(lm, longest_sequence(plan))
+            lm.warm_up(hidden_layers)
+        elif isinstance(lm, MaskedDiffusionLM):
+            compiled.compile_diffusion(lm)
+        return lm
+
+    layers = tuple(getattr(drafter, "target_layer_ids", ()))  # what a DFlash drafter reads
+    return convert(target, layers), convert(drafter)
 
 
 def longest_sequence(plan: Plan) -> int:
@@ -449,10 +459,13 @@ def measure(plan: Plan) -> dict[str, Any]:
         config.run,
     )
     env = environment(plan.device, config_hash(plan.identity))
-    loop_drafter = getattr(arms.method, "drafter", None)  # a CausalLM's drafter loop holds it
+    loop = getattr(arms.method, "drafter", None)  # a DFlash drafter's loop compiles its model
     env["engine"] = compiled.describe(
-        config.run.engine, target=target, drafter=getattr(loop_drafter, "lm", loop_drafter)
+        config.run.engine,
+        target=target,
+        drafter=loop if getattr(loop, "static_cache", None) is not None else drafter,
     )
+    env["warm_up_s"] = round(warm_up(job, plan.store), 2)
     plan.store.write_json("env.json", env)
     mirror = WandbMirror(
         plan.identity["logging"]["wandb"],

@@ -65,9 +65,11 @@ def test_static_caches_are_sized_in_whole_blocks() -> None:
 
 
 def run_records(cell: list[str], engine: str, results: Path) -> tuple[dict, list[dict], dict]:
-    """The cell's summary, records and env.json under `engine`: 3 tiny_code prompts x 40."""
+    """The cell's summary, records and env.json under `engine`: 3 tiny_code prompts x 40, one
+    warm-up decode (where a compiled diffusion model builds its graphs)."""
     cfg = compose_cfg(
         *cell,
+        "run.warmup=1",
         "task=tiny_code",
         "run.limit=3",
         "run.max_new_tokens=40",
@@ -102,3 +104,33 @@ def test_compiled_speculation_is_exact_and_drafts_as_eager_does(cell: list[str],
     assert engine["name"] == "compiled"
     assert engine["target"]["static_cache"] == static_length(128 + 40)
     assert engine["target"]["compile_s"] > 0 and engine["drafter"]["compile_s"] > 0
+
+
+DLM = ["target=tiny-dlm", "drafter=none", "method.prefix_cache=true"]
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        ["method=specdiff", "drafter=tiny-dlm"],
+        [*DLM, "method=dllm", "method.policy=threshold", "method.threshold=0.5"],
+        [*DLM, "method=psd", "method.policy=quota", "method.depth=3"],
+        [*DLM, "method=spiffy", "method.nodes=5", "method.calibration_samples=3"],
+    ],
+    ids=["specdiff", "dllm", "psd", "spiffy"],
+)
+def test_compiled_diffusion_decodes_as_eager_does(cell: list[str], tmp_path) -> None:
+    """A diffusion drafter or decoded model with its transformer compiled (symbolic shapes):
+    a lossless method stays token-identical to its compiled baseline, and every method emits
+    what the eager engine emits and accepts the drafts the eager engine accepts."""
+    summary, records, env = run_records(cell, "compiled", tmp_path / "compiled")
+    _, eager, _ = run_records(cell, "eager", tmp_path / "eager")
+    if summary["lossless"]:
+        assert summary["lossless_rate"] == 1.0
+    for got, want in zip(records, eager, strict=True):
+        assert got["method"]["output_ids"] == want["method"]["output_ids"]
+        assert got["method"]["emitted_per_call"] == want["method"]["emitted_per_call"]
+        assert got["accepted_per_round"] == want["accepted_per_round"]
+    compiled_model = env["engine"]["drafter" if "drafter=tiny-dlm" in cell else "target"]
+    assert compiled_model == {"dynamic_shapes": ["hidden_states"]}
+    assert env["warm_up_s"] > 0

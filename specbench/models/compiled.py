@@ -11,6 +11,12 @@
   Longer inputs (a prompt) run the same forward uncompiled, on the same cache.
 - Compilation happens in `warm_up`, outside every timer; its seconds are `compile_s`.
 
+A masked-diffusion model (`MaskedDiffusionLM`) is compiled differently: its prefix caches grow
+block by block and its batches of drafts change size, so the hot model methods it names
+(`hot_methods`) are compiled with symbolic shapes over the adapter's own caches, and no CUDA
+graphs are captured (one per shape would be). The run's warm-up decodes (`run.warmup`, at least
+one) compile its graphs, outside every timer; env.json's `warm_up_s` holds their time.
+
 The compiled forward runs under `torch.no_grad`, not `inference_mode`: under inference mode
 torch 2.13's compiled in-place cache update reads stale keys (logits off by up to 1.0 on
 `tiny`, checked against the dynamic cache), while under no_grad it matches to 2e-6.
@@ -45,6 +51,8 @@ def describe(engine: str, **models: object) -> dict:
     for role, lm in models.items():
         if getattr(lm, "static_cache", None) is not None:
             report[role] = {"static_cache": lm.max_length, "compile_s": round(lm.compile_s, 2)}
+        elif getattr(lm, "compiled", False):
+            report[role] = {"dynamic_shapes": list(lm.hot_methods)}
     return report
 
 
@@ -59,6 +67,20 @@ def compile_forward(forward, device: torch.device):
     on a GPU; its graphs cached on disk under the specbench cache."""
     use_inductor_cache()
     return torch.compile(forward, mode="reduce-overhead" if device.type == "cuda" else None)
+
+
+def compile_dynamic(method):
+    """A model method compiled with symbolic shapes (inductor's kernels on a CPU or a GPU)."""
+    use_inductor_cache()
+    return torch.compile(method, dynamic=True)
+
+
+def compile_diffusion(lm: object) -> None:
+    """Compile a masked-diffusion adapter's hot model methods in place: the adapter and every
+    decoder over it call them as before."""
+    for name in lm.hot_methods:
+        setattr(lm.model, name, compile_dynamic(getattr(lm.model, name)))
+    lm.compiled = True
 
 
 def begin_step(device: torch.device) -> None:

@@ -54,6 +54,8 @@ class MaskedDiffusionLM:
     tree_attention = False
     # whether the denoiser reads the diffusion time (`block_logits` then takes `t=`)
     time_conditioned = False
+    # the model methods every call runs through: what the compiled engine compiles
+    hot_methods: tuple[str, ...] = ("forward",)
 
     def __init__(self, model: PreTrainedModel, mask_id: int, context: int | None, name: str):
         self.model = model.eval()
@@ -66,6 +68,7 @@ class MaskedDiffusionLM:
         self.tokenizer = None  # set by the loader for a decoded model
         self.prefix_cache = False
         self.dual_cache = False  # Fast-dLLM's DualCache: the suffix's keys and values kept too
+        self.compiled = False  # set by the compiled engine (`compiled.compile_diffusion`)
         self.calls = 0
         self.positions = 0
         self.reset()
@@ -134,6 +137,8 @@ class TinyDiffusionLM(MaskedDiffusionLM):
     supports_prefix_cache = True
     exact_prefix_cache = True
     tree_attention = True
+    # the transformer stack, which both `forward` and `_tree_logits` run through
+    hot_methods = ("hidden_states",)
 
     def reset(self) -> None:
         super().reset()
