@@ -7,9 +7,11 @@
   is set back with it.
 - `torch.compile` of the forward over short inputs (up to `HOT_TOKENS` new tokens: one token,
   a draft plus its bonus, a block): two graphs, one for a single token and one whose length
-  is symbolic. Inductor's C++ kernels on a CPU; CUDA graphs (`reduce-overhead`) on a GPU.
+  is symbolic. Inductor's C++ kernels and wrapper on a CPU; CUDA graphs (`reduce-overhead`) on
+  a GPU.
   Longer inputs (a prompt) run the same forward uncompiled, on the same cache.
-- Compilation happens in `warm_up`, outside every timer; its seconds are `compile_s`.
+- Compilation happens in `warm_up`, outside every timer; its seconds are `compile_s`. After
+  it only the guards that choose among the built graphs are evaluated (`settled`).
 
 A masked-diffusion model (`MaskedDiffusionLM`) is compiled differently: its prefix caches grow
 block by block and its batches of drafts change size, so the hot model methods it names
@@ -24,6 +26,7 @@ torch 2.13's compiled in-place cache update reads stale keys (logits off by up t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -36,6 +39,9 @@ from specbench.models.causal import CausalLM, capture, captured
 ENGINES = ("eager", "compiled")
 HOT_TOKENS = 64  # the longest input the compiled graph takes; longer ones run eagerly
 CACHE_ROUNDING = 64  # static caches are sized in multiples of this many positions
+# graphs one compiled diffusion model may build (cache or none, one row or a batch, a mask or
+# none) before dynamo runs it eagerly
+RECOMPILE_LIMIT = 16
 
 
 def static_length(positions: int) -> int:
@@ -63,23 +69,44 @@ def use_inductor_cache() -> None:
 
 
 def compile_forward(forward, device: torch.device):
-    """`forward` compiled as the engine compiles: inductor's kernels on a CPU, CUDA graphs
-    on a GPU; its graphs cached on disk under the specbench cache."""
+    """`forward` compiled as the engine compiles: CUDA graphs on a GPU; on a CPU inductor's
+    kernels called from a C++ wrapper (`cpp_wrapper`: no Python between the kernels of a
+    step); its graphs cached on disk under the specbench cache. Each compiled model keeps its
+    own graphs (`isolate_recompiles`): a target and a drafter of one class share a forward's
+    code, and would otherwise count against, and be chosen among, each other's graphs."""
     use_inductor_cache()
-    return torch.compile(forward, mode="reduce-overhead" if device.type == "cuda" else None)
+    if device.type == "cuda":
+        return torch.compile(forward, mode="reduce-overhead", isolate_recompiles=True)
+    return torch.compile(forward, options={"cpp_wrapper": True}, isolate_recompiles=True)
 
 
-def compile_dynamic(method):
-    """A model method compiled with symbolic shapes (inductor's kernels on a CPU or a GPU)."""
+def settled(warm: bool):
+    """The context a compiled step runs in. Once warm-up has built every graph a decoding loop
+    needs, dynamo evaluates only the guards that choose among them (`skip_guard_eval_unsafe`):
+    the full guard set is a large share of a small model's step."""
+    if not warm:
+        return contextlib.nullcontext()
+    return torch.compiler.set_stance(skip_guard_eval_unsafe=True)
+
+
+def compile_dynamic(method, device: torch.device):
+    """A model method compiled with symbolic shapes: inductor's kernels, on a CPU called from
+    its C++ wrapper."""
     use_inductor_cache()
-    return torch.compile(method, dynamic=True)
+    return torch.compile(
+        method,
+        dynamic=True,
+        options={"cpp_wrapper": device.type == "cpu"},
+        isolate_recompiles=True,
+        recompile_limit=RECOMPILE_LIMIT,
+    )
 
 
 def compile_diffusion(lm: object) -> None:
     """Compile a masked-diffusion adapter's hot model methods in place: the adapter and every
     decoder over it call them as before."""
     for name in lm.hot_methods:
-        setattr(lm.model, name, compile_dynamic(getattr(lm.model, name)))
+        setattr(lm.model, name, compile_dynamic(getattr(lm.model, name), lm.device))
     lm.compiled = True
 
 
@@ -128,6 +155,7 @@ class CompiledCausalLM(CausalLM):
         self.reset()
         self.step = compile_forward(self._forward, self.device)
         self.compile_s = 0.0
+        self.warm = False  # set by `warm_up`: every graph decoding needs is built
 
     @classmethod
     def from_eager(cls, lm: CausalLM, max_length: int) -> CompiledCausalLM:
@@ -188,7 +216,8 @@ class CompiledCausalLM(CausalLM):
             t0 = self._tick()
         if hot:
             begin_step(self.device)
-            logits, hidden = self.step(input_ids, positions, tuple(hidden_layers))
+            with settled(self.warm):
+                logits, hidden = self.step(input_ids, positions, tuple(hidden_layers))
             logits, hidden = keep_outputs(self.device, logits[-keep:], hidden)
         else:
             logits, hidden = self._forward(input_ids, positions, tuple(hidden_layers), keep)
@@ -213,5 +242,6 @@ class CompiledCausalLM(CausalLM):
             self.forward_tokens([0, 0, 0], hidden_layers=layers)
         self.reset()
         self.calls = self.positions = 0
+        self.warm = True
         self.compile_s += time.perf_counter() - started
         return self.compile_s
