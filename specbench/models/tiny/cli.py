@@ -45,7 +45,7 @@ DRAFTER = Shape(hidden=128, layers=2, heads=2, ffn=344)
 TINY_CODE = {"samples": 100, "prefix_tokens": 128, "continuation_tokens": 128, "seed": 0}
 # tiny-dflash: 2 layers (a third of the target's, as z-lab's 5 of Qwen3-8B's 36 are a seventh),
 # blocks of 16, trained on the target's greedy continuations of training-split prefixes
-DFLASH = {"layers": 2, "block": 16, "sequences": 3072, "prefix": 64, "new": 192, "blocks": 12}
+DFLASH = {"layers": 2, "block": 16, "sequences": 8192, "prefix": 64, "new": 192, "blocks": 12}
 
 
 def save(
