@@ -64,7 +64,8 @@ class RunConfig:
     baseline: bool = True
     device: str = "auto"
     dtype: str = "auto"
-    # eager: transformers' forward and dynamic cache; compiled: static cache + torch.compile
+    # eager: transformers' forward and dynamic cache; compiled: torch.compile of every model,
+    # on static caches for causal LMs (specbench/models/compiled.py)
     engine: str = "eager"
     temperature: float = 0.0
     top_k: int = 0
