@@ -1,7 +1,7 @@
 """specbench's DFlash against the authors' own `dflash.model.dflash_generate` on the same pair.
 
 Same target and drafter, prompts, block size, new-token budget and stop tokens, greedy, the arms
-interleaved prompt by prompt and timed from outside their entry points; so both must emit
+interleaved prompt by prompt, each leading in turn, and timed from outside their entry points; so both must emit
 identical ids, and any speed difference is the loop around the forwards. Prints identical
 outputs, tau both ways (the package's: mean over prompts of the mean tokens per verify round;
 specbench's: tokens per target forward, the prefill included) and the tokens/s ratio.
@@ -106,11 +106,15 @@ def main() -> None:
         ours(prompt), theirs(prompt)
     wall = {"specbench": 0.0, "dflash": 0.0}
     same, tokens, tau_ours, tau_theirs, rounds_ours, rounds_theirs = 0, 0, [], [], [], []
-    for prompt in samples:  # interleaved: drift in machine speed hits both arms alike
-        mine, seconds = timed(device, ours, prompt)
-        wall["specbench"] += seconds
-        ref, seconds = timed(device, theirs, prompt)
-        wall["dflash"] += seconds
+    arms = {"specbench": ours, "dflash": theirs}
+    for k, prompt in enumerate(samples):
+        # interleaved, so drift in machine speed hits both arms alike, and each leads in turn
+        order = list(arms) if k % 2 == 0 else list(arms)[::-1]
+        out = {}
+        for arm in order:
+            out[arm], seconds = timed(device, arms[arm], prompt)
+            wall[arm] += seconds
+        mine, ref = out["specbench"], out["dflash"]
         ref_tokens = ref.output_ids[0, len(prompt) :].tolist()
         same += mine.tokens == ref_tokens
         tokens += len(mine.tokens)
