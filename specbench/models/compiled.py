@@ -68,16 +68,23 @@ def use_inductor_cache() -> None:
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(paths.cache_dir() / "inductor"))
 
 
-def compile_forward(forward, device: torch.device):
-    """`forward` compiled as the engine compiles: CUDA graphs on a GPU; on a CPU inductor's
-    kernels called from a C++ wrapper (`cpp_wrapper`: no Python between the kernels of a
-    step); its graphs cached on disk under the specbench cache. Each compiled model keeps its
-    own graphs (`isolate_recompiles`): a target and a drafter of one class share a forward's
-    code, and would otherwise count against, and be chosen among, each other's graphs."""
+def compile_forward(forward, device: torch.device, dynamic: bool = False):
+    """`forward` compiled as the engine compiles: CUDA graphs on a GPU for fixed shapes; on a CPU
+    inductor's kernels called from a C++ wrapper (`cpp_wrapper`: no Python between the kernels
+    of a step); its graphs cached on disk under the specbench cache. Each compiled model keeps
+    its own graphs (`isolate_recompiles`): a target and a drafter of one class share a
+    forward's code, and would otherwise count against, and be chosen among, each other's
+    graphs. `dynamic`: symbolic shapes, and no CUDA graphs (one per shape would be captured)."""
     use_inductor_cache()
-    if device.type == "cuda":
+    if device.type == "cuda" and not dynamic:
         return torch.compile(forward, mode="reduce-overhead", isolate_recompiles=True)
-    return torch.compile(forward, options={"cpp_wrapper": True}, isolate_recompiles=True)
+    return torch.compile(
+        forward,
+        dynamic=dynamic or None,
+        options={"cpp_wrapper": device.type == "cpu"},
+        isolate_recompiles=True,
+        recompile_limit=RECOMPILE_LIMIT if dynamic else None,
+    )
 
 
 def settled(warm: bool):
@@ -89,24 +96,11 @@ def settled(warm: bool):
     return torch.compiler.set_stance(skip_guard_eval_unsafe=True)
 
 
-def compile_dynamic(method, device: torch.device):
-    """A model method compiled with symbolic shapes: inductor's kernels, on a CPU called from
-    its C++ wrapper."""
-    use_inductor_cache()
-    return torch.compile(
-        method,
-        dynamic=True,
-        options={"cpp_wrapper": device.type == "cpu"},
-        isolate_recompiles=True,
-        recompile_limit=RECOMPILE_LIMIT,
-    )
-
-
 def compile_diffusion(lm: object) -> None:
     """Compile a masked-diffusion adapter's hot model methods in place: the adapter and every
     decoder over it call them as before."""
     for name in lm.hot_methods:
-        setattr(lm.model, name, compile_dynamic(getattr(lm.model, name), lm.device))
+        setattr(lm.model, name, compile_forward(getattr(lm.model, name), lm.device, dynamic=True))
     lm.compiled = True
 
 
