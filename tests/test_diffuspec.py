@@ -4,10 +4,13 @@ bounds on a scripted acceptance sequence; the n-gram's next-token laws sum to 1.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
+from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoTokenizer, PreTrainedModel
@@ -98,17 +101,78 @@ def test_adl_follows_its_rule_and_bounds() -> None:
     assert adl.next(0, 0, Draft([], None, 0, 0.0, {"L_gen": 0})) == 4  # floor(0) -> k_min
 
 
-def test_ngram_next_token_laws_sum_to_one() -> None:
-    rng = random.Random(0)
-    sequences = [[rng.randrange(30) for _ in range(200)] for _ in range(20)]
-    model = NgramLM(3, 30).fit(sequences)
-    for context in ([], [4], [4, 9], sequences[0][:50], [29, 29]):
+def kneser_ney(sequences: list[list[int]], order: int, vocab: int, token: int, context: list[int]):
+    """The interpolated Kneser-Ney recursion over plain Python counts (raw at the top order,
+    distinct left extensions below), discount 0.75, uniform floor: the oracle for NgramLM."""
+    grams = [tuple(s[i : i + order]) for s in sequences for i in range(len(s) - order + 1)]
+    levels = {order: Counter(grams)}
+    distinct = set(grams)
+    for k in range(order - 1, 0, -1):
+        levels[k] = Counter(g[1:] for g in distinct)
+        distinct = set(levels[k])
+    history = tuple(context[max(len(context) - order + 1, 0) :]) if order > 1 else ()
+    prob = 1 / vocab
+    for k in range(1, len(history) + 2):
+        h = history[len(history) - k + 1 :]
+        follows = {g[-1]: c for g, c in levels[k].items() if g[:-1] == h}
+        if follows:
+            total = sum(follows.values())
+            kept = max(follows.get(token, 0) - 0.75, 0) / total
+            prob = kept + 0.75 * len(follows) / total * prob
+    return math.log(prob)
+
+
+@pytest.mark.parametrize("order", [1, 2, 3, 4])
+def test_the_ngram_is_kneser_ney_and_its_laws_sum_to_one(order) -> None:
+    rng = random.Random(order)
+    sequences = [[rng.randrange(30) % rng.choice([6, 30]) for _ in range(150)] for _ in range(12)]
+    model = NgramLM(order, 30).fit(sequences)
+    for context in ([], [4], [4, 9], sequences[0][:50], [29, 29, 29]):
         law = model.probs(context)
         assert float(law.sum()) == pytest.approx(1.0, abs=1e-9) and float(law.min()) > 0
-        by_token = sum(math.exp(model.logprob(t, context)) for t in range(30))
-        assert by_token == pytest.approx(1.0, abs=1e-9)
-    seen = sequences[0][10:13]
-    assert model.logprob(seen[2], seen[:2]) > math.log(1 / 30)  # observed continuations gain mass
+        oracle = [kneser_ney(sequences, order, 30, t, context) for t in range(30)]
+        assert np.log(law).tolist() == pytest.approx(oracle, abs=1e-12)
+
+
+def test_an_ngram_too_wide_to_pack_is_refused() -> None:
+    with pytest.raises(ConfigError) as err:
+        NgramLM(4, 152_064)
+    assert err.value.key == "method.ngram_order" and "at most 3" in str(err.value)
+
+
+def test_cps_with_a_wide_beam_finds_the_best_path_of_the_lattice() -> None:
+    """A beam as wide as the lattice has paths keeps every path: the search returns the
+    exhaustive argmax of lam * drafter + (1 - lam) * n-gram log-probs, score included."""
+    rng = random.Random(0)
+    sequences = [[rng.randrange(12) % rng.choice([3, 12]) for _ in range(200)] for _ in range(8)]
+    ngram = NgramLM(3, 12).fit(sequences)
+    logprobs = torch.randn(5, 12, generator=torch.Generator().manual_seed(1)).log_softmax(-1)
+    lattice = candidates(logprobs, tau=1.0, m_max=3, eos=set())
+    context, lam = [1, 2], 0.4
+
+    def score(path: tuple[int, ...]) -> float:
+        history = list(context)
+        total = 0.0
+        for i, token in enumerate(path):
+            ngram_lp = ngram.logprobs(np.array([token]), ngram.history(history)[None])[0]
+            total += lam * float(logprobs[i, token]) + (1 - lam) * ngram_lp
+            history.append(token)
+        return total
+
+    best = max(itertools.product(*lattice), key=score)
+    path, got = path_search(lattice, logprobs, ngram, context, beam=3**5, lam=lam, eos=set())
+    assert path == list(best) and got == pytest.approx(score(best), abs=1e-9)
+
+
+def test_cps_carries_a_finished_path_unchanged() -> None:
+    """A path that took EOS stops growing; it wins when the open paths' later tokens cost more
+    than its lead."""
+    logprobs = torch.full((3, 4), -9.0)
+    logprobs[0, 3], logprobs[0, 1] = -0.1, -0.2  # EOS (3) first, then token 1
+    logprobs[1:, 2] = -1.0  # after token 1 every continuation is unlikely
+    lattice = [[3, 1], [2], [2]]
+    path, score = path_search(lattice, logprobs, None, [], beam=2, lam=1.0, eos={3})
+    assert path == [3] and score == pytest.approx(-0.1)
 
 
 class DreamShaped(PreTrainedModel):

@@ -10,19 +10,20 @@ refuses run.temperature > 0 rather than run an unlabelled approximation.
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
 import time
 from dataclasses import asdict
 from pathlib import Path
 
+import numba
+import numpy as np
 import torch
 
 from specbench.decoding.configs import DiffuSpecConfig
 from specbench.decoding.drafters.specdiff import real_token_logits
 from specbench.decoding.generation import Draft
-from specbench.decoding.ngram import NgramLM, cached_ngram
+from specbench.decoding.ngram import NgramLM, cached_ngram, logprob
 from specbench.decoding.speculative import Drafter, DraftVerifyMethod, SpeculativeDecoder
 from specbench.decoding.verify import greedy
 from specbench.errors import ConfigError
@@ -66,39 +67,75 @@ def path_search(
 ) -> tuple[list[int], float]:
     """Left-to-right beam search; a path's score sums lam * drafter log-prob + (1 - lam) *
     n-gram log-prob per token; a path that emitted EOS is finished and carried unchanged.
-    Candidates are tried in falling drafter score, and a hypothesis stops expanding once even a
-    perfect n-gram score could not reach the beam (n-gram log-probs are <= 0)."""
-    width = ngram.order - 1 if ngram is not None else 0
-    start = tuple(context[len(context) - width :]) if width else ()
-    # a hypothesis: (score, finished, tokens as a linked list (token, parent), n-gram history)
-    hypotheses: list[tuple[float, bool, tuple | None, tuple[int, ...]]] = [
-        (0.0, False, None, start)
-    ]
+    Compiled (`beam_search`): a few hundred scalar steps per draft, where Python's per-step
+    cost, or an array library's per-call cost, would exceed the arithmetic."""
+    width = max(map(len, lattice), default=0)
+    candidate = np.full((len(lattice), width), -1, dtype=np.int64)
     for i, column in enumerate(lattice):
-        drafter_scores = logprobs[i, column].tolist()  # already in falling order
-        grown = [h for h in hypotheses if h[1]]
-        best: list[float] = []  # the beam's current scores, a min-heap of at most `beam`
-        for h in grown:
-            heapq.heappush(best, h[0])
-        for score, _, path, recent in (h for h in hypotheses if not h[1]):
-            for token, drafter_score in zip(column, drafter_scores):
-                if len(best) >= beam and score + lam * drafter_score < best[0]:
+        candidate[i, : len(column)] = column
+    mixes = ngram is not None and lam < 1
+    path, score = beam_search(
+        candidate,
+        logprobs.double().numpy(),
+        lam,
+        beam,
+        np.array(sorted(eos), dtype=np.int64),
+        ngram.tables if mixes else NO_NGRAM,
+        ngram.vocab_size if mixes else 1,
+        ngram.history(context) if mixes else np.empty(0, dtype=np.int64),
+    )
+    return path.tolist(), score
+
+
+NO_NGRAM = (np.empty(0, dtype=np.int64), np.empty(0), np.empty(0, dtype=np.int64), np.empty(0))
+
+
+@numba.njit(cache=True)
+def beam_search(candidate, drafter, lam, beam, eos_ids, tables, vocab_size, history):
+    """`candidate` [K, M] (-1 pads a column), `drafter` [K, V] log-probs, `history` the
+    context's marked n-gram histories (empty: no n-gram). Each column scores every open
+    hypothesis times every candidate and keeps the `beam` best by a stable sort, so ties go
+    to finished paths, then to earlier hypotheses and candidates."""
+    columns, width, order = candidate.shape[0], candidate.shape[1], len(history)
+    scores, finished = np.zeros(1), np.zeros(1, dtype=np.bool_)
+    paths = np.full((1, columns), -1, dtype=np.int64)  # -1 from where a path finished
+    histories = history.reshape(1, order).copy()
+    for i in range(columns):
+        room = len(scores) * (width + 1)
+        grown, parent, token = np.empty(room), np.empty(room, np.int64), np.empty(room, np.int64)
+        n = 0
+        for h in range(len(scores)):  # finished paths first, carried unchanged
+            if finished[h]:
+                grown[n], parent[n], token[n] = scores[h], h, -1
+                n += 1
+        for h in range(len(scores)):
+            if finished[h]:
+                continue
+            for c in range(width):
+                t = candidate[i, c]
+                if t < 0:
                     break
-                step = lam * drafter_score
-                if width and lam < 1:
-                    step += (1 - lam) * ngram.logprob(token, list(recent))
-                after = (*recent, token)[-width:] if width else ()
-                grown.append((score + step, token in eos, (token, path), after))
-                heapq.heappush(best, score + step)
-                if len(best) > beam:
-                    heapq.heappop(best)
-        hypotheses = sorted(grown, key=lambda h: h[0], reverse=True)[:beam]
-    score, _, path, _ = hypotheses[0]
-    tokens = []
-    while path is not None:
-        tokens.append(path[0])
-        path = path[1]
-    return tokens[::-1], score
+                step = lam * drafter[i, t]
+                if order:
+                    step += (1 - lam) * logprob(tables, vocab_size, histories[h], t)
+                grown[n], parent[n], token[n] = scores[h] + step, h, t
+                n += 1
+        best = np.argsort(-grown[:n], kind="mergesort")[:beam]
+        scores, paths = grown[best], paths[parent[best]].copy()
+        kept = histories[parent[best]].copy()
+        finished = np.zeros(len(best), dtype=np.bool_)
+        for r in range(len(best)):
+            t = token[best[r]]
+            finished[r] = t < 0 or (eos_ids == t).any()
+            if t < 0:
+                continue
+            paths[r, i] = t
+            for k in range(order - 1, 0, -1):  # order k's history: order k - 1's, then t
+                above = kept[r, k - 1]
+                kept[r, k] = above * vocab_size + t if above >= 0 else -1
+        histories = kept
+    path = paths[0]
+    return path[path >= 0], scores[0]
 
 
 class AdaptiveDraftLength:
@@ -160,17 +197,15 @@ class DiffuSpecDrafter(Drafter):
         synchronize(dlm.device)
         started, calls = time.perf_counter(), dlm.calls
         context = dlm.set_prefix(context, room=n)
-        block = [dlm.mask_id] * n
+        block = torch.full((n,), dlm.mask_id, device=dlm.device)
         for step in range(cfg.refine_steps - 1):  # S > 1: reveal the most confident share
-            logprobs = self._logprobs(block)
-            best, tokens = logprobs.max(-1)
-            open_ = [i for i, t in enumerate(block) if t == dlm.mask_id]
-            share = len(open_) // (cfg.refine_steps - step)
-            for i in sorted(open_, key=lambda i: -float(best[i]))[:share]:
-                block[i] = int(tokens[i])
-        logprobs = self._logprobs(block)
-        raw = logprobs.argmax(-1).tolist()
-        raw = [t if t != dlm.mask_id else r for t, r in zip(block, raw)]
+            best, tokens = self._logprobs(block.tolist()).max(-1)
+            masked = block == dlm.mask_id
+            share = int(masked.sum()) // (cfg.refine_steps - step)
+            reveal = best.masked_fill(~masked, -torch.inf).argsort(descending=True, stable=True)
+            block[reveal[:share]] = tokens[reveal[:share]]
+        logprobs = self._logprobs(block.tolist())
+        raw = torch.where(block == dlm.mask_id, logprobs.argmax(-1), block).tolist()
         l_gen = next((i for i, t in enumerate(raw) if t in self.eos), n)
         searched = time.perf_counter()
         if cfg.cps:
@@ -180,7 +215,7 @@ class DiffuSpecDrafter(Drafter):
             )
         else:
             path = raw[: l_gen + 1]
-            score = float(sum(logprobs[i, t] for i, t in enumerate(path)))
+            score = float(logprobs[torch.arange(len(path)), path].double().sum())
         cps_s = time.perf_counter() - searched
         synchronize(dlm.device)
         info = {"L_gen": l_gen, "k": n, "path_score": score, "cps_s": cps_s}
