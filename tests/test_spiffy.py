@@ -168,7 +168,7 @@ def test_spiffy_equals_the_vanilla_decoder(world, nodes, spatial) -> None:
     graph = calibrate(dlm, cfg, calibration)
     spiffy, vanilla = SpiffyDecoder(dlm, cfg, graph), BlockDecoder(dlm, DLLMConfig(**spatial))
     saved = 0
-    for prompt in prompts[:12]:
+    for prompt in prompts[:6]:
         want = vanilla.generate(prompt, 48, torch.Generator(), Stop(frozenset()))
         got = spiffy.generate(prompt, 48, torch.Generator(), Stop(frozenset()))
         assert got.tokens == want.tokens
@@ -185,10 +185,18 @@ def test_pruning_keeps_the_best_connected_nodes(world) -> None:
     logits[[0, 1, 2, 3], [7, 8, 9, 10]] = torch.tensor([4.0, 0.0, 3.0, 2.0])
     state = torch.full((4,), dlm.mask_id)
     conf = logits.softmax(-1).max(-1).values
-    kept = decoder.instantiate(state, logits, conf)
+    kept, states = decoder.instantiate(state, logits, conf)
     # ranked positions: 0 (p high), 2, 3, 1; (0,0) is the best root, (0,0)+(1,0) the best child
-    assert sorted(kept) == [0, 2]
-    assert kept[2].tolist() == [7, dlm.mask_id, 9, dlm.mask_id]
+    assert kept == [0, 2]
+    assert states.tolist() == [[7, *[dlm.mask_id] * 3], [7, dlm.mask_id, 9, dlm.mask_id]]
+    # a third node: the root (1,0) (log p about -0.86) before the child (0,0)+(2,0) (mean about
+    # -0.98), a one-pair node's mean taken over its one pair
+    wider = SpiffyDecoder(dlm, SpiffyConfig(keep=3), graph)
+    assert wider.instantiate(state, logits, conf)[0] == [0, 1, 2]
+    # a node naming a fifth masked position does not fit a block with four, whatever the budget
+    beyond = DraftGraph([*graph.nodes, node((4, 0))])
+    everything = SpiffyDecoder(dlm, SpiffyConfig(nodes=5, keep=5), beyond)
+    assert everything.instantiate(state, logits, conf)[0] == [0, 1, 2, 3]
 
 
 def test_spiffy_runs_end_to_end_and_uses_a_saved_graph(tmp_path) -> None:

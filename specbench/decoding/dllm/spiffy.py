@@ -68,39 +68,52 @@ class SpiffyDecoder(BlockDecoder):
         self.roots = graph.roots
         self.children = {k: graph.children(k) for k in range(len(graph.nodes))}
         self.parents = {k: graph.parents(k) for k in range(len(graph.nodes))}
+        # every node's (position rank, vocabulary rank) pairs as rows, a short row padded by
+        # repeating its first pair (filling a position twice with one token changes nothing)
+        pairs = [sorted(node.pairs) for node in graph.nodes]
+        width = max(map(len, pairs), default=1)
+        rows = [p + p[:1] * (width - len(p)) for p in pairs]
+        self.pair_count = torch.tensor([len(p) for p in pairs], device=target.device)
+        self.real_pair = torch.arange(width, device=target.device) < self.pair_count[:, None]
+        self.pair_ranks = torch.tensor(rows, dtype=torch.long, device=target.device).reshape(
+            len(pairs), width, 2
+        )
 
     def verify_call(self, canvas: torch.Tensor, lo: int, hi: int, rows: int) -> torch.Tensor:
         return self.target.tree_logits(canvas, lo, hi, canvas[:1, lo:hi].expand(rows - 1, -1))
 
     def instantiate(
         self, state: torch.Tensor, logits: torch.Tensor, conf: torch.Tensor
-    ) -> dict[int, torch.Tensor]:
-        """Each node that fits the block as a concrete state, pruned to the `keep` best by the
-        geometric mean of its tokens' probabilities, each kept node having a kept parent."""
+    ) -> tuple[list[int], torch.Tensor]:
+        """Every node that fits the block filled in as a concrete state (all at once), pruned to
+        the `keep` best by the geometric mean of its tokens' probabilities, each kept node having
+        a kept parent: the kept nodes in order and their states [kept, block]."""
+        if not self.graph.nodes:
+            return [], state.new_empty(0, len(state))
         log_probs = real_log_probs(logits, self.target.mask_id)
         positions, tokens = rankings(log_probs, state == self.target.mask_id, conf)
-        states, scores = {}, {}
-        for k, node in enumerate(self.graph.nodes):
-            if any(i >= len(positions) or j >= tokens.shape[1] for i, j in node.pairs):
-                continue
-            where = positions[[i for i, _ in node.pairs]]
-            what = tokens[where, [j for _, j in node.pairs]]
-            filled = state.clone()
-            filled[where] = what
-            states[k] = filled
-            scores[k] = float(log_probs[where, what].mean())  # log of the geometric mean
+        rank, vocab = self.pair_ranks[..., 0], self.pair_ranks[..., 1]
+        fits = ((rank < len(positions)) & (vocab < tokens.shape[1])).all(1)
+        where = positions[rank.clamp(max=len(positions) - 1)]
+        what = tokens[where, vocab.clamp(max=tokens.shape[1] - 1)]
+        states = state.expand(len(rank), -1).clone().scatter_(1, where, what)
+        # the log of the geometric mean
+        score = (log_probs[where, what] * self.real_pair).sum(1) / self.pair_count
+        fitting = [k for k, ok in enumerate(fits.tolist()) if ok]
+        scores = score.tolist()
         kept: list[int] = []
         while len(kept) < self.keep:
             open_ = [
                 k
-                for k in states
+                for k in fitting
                 if k not in kept
                 and (self.graph.nodes[k].depth == 1 or any(p in kept for p in self.parents[k]))
             ]
             if not open_:
                 break
             kept.append(max(open_, key=lambda k: (scores[k], -k)))
-        return {k: states[k] for k in sorted(kept)}
+        kept.sort()
+        return kept, states[kept]
 
     def decode_block(
         self, canvas: torch.Tensor, lo: int, hi: int, policy: Policy, trace: Trace, scan: StopScan
@@ -117,10 +130,10 @@ class SpiffyDecoder(BlockDecoder):
             if not (real == mask).any() or scan(canvas):
                 return
             started = time.perf_counter()
-            states = self.instantiate(real, logits, scores[1])
-            rows = [k for k, s in states.items() if (s == mask).any()]  # need a distribution
-            drafts = [states[k] for k in rows]
-            drafts = torch.stack(drafts) if drafts else canvas.new_empty(0, hi - lo)
+            nodes, states = self.instantiate(real, logits, scores[1])
+            open_ = (states == mask).any(1)  # a state with masks left needs a distribution
+            rows = [k for k, more in zip(nodes, open_.tolist()) if more]
+            drafts = states[open_]
             synchronize(self.target.device)
             drafted = time.perf_counter()
             verified = self.target.tree_logits(canvas, lo, hi, drafts)
@@ -133,16 +146,14 @@ class SpiffyDecoder(BlockDecoder):
                 scores = self.scores(logits, state)  # also the next certain step's, if none matches
                 true_next = self.policy_step(state, scores, policy, step + accepted + 1)
                 options = self.roots if node is None else self.children[node]
-                match = next(
-                    (k for k in options if k in states and torch.equal(states[k], true_next)),
-                    None,
-                )
+                equal = dict(zip(nodes, (states == true_next).all(1).tolist()))
+                match = next((k for k in options if equal.get(k)), None)
                 if match is None:
                     break
                 node, state, accepted = match, true_next, accepted + 1
                 if match in rows:
                     logits = verified[1 + rows.index(match)]
-            trace.depths.append(max((self.graph.nodes[k].depth for k in states), default=0))
+            trace.depths.append(max((self.graph.nodes[k].depth for k in nodes), default=0))
             trace.accepted.append(accepted)
             trace.commit(real, state)
             canvas[0, lo:hi] = state

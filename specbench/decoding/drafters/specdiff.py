@@ -145,42 +145,53 @@ class SpecDiffDrafter(Drafter):
         synchronize(dlm.device)
         started, calls = time.perf_counter(), dlm.calls
         prefix = len(dlm.set_prefix(context, room=n))
-        block = [mask] * n
-        q_rows: list[torch.Tensor | None] = [None] * n
+        block = torch.full((n,), mask, device=dlm.device)
+        q_rows = None  # the rows revealed positions were drawn from (`reveal_step`)
         probs, timed = None, dlm.time_conditioned
         grid = torch.linspace(1, self.eps, self.steps + 1, device=dlm.device)
         dt = (1 - self.eps) / self.steps
         for step in range(self.steps):
             t = grid[step] * torch.ones(1, 1, device=dlm.device)
             if probs is None or timed:
-                probs = self._probs(block, t=t)
+                probs = self._probs(block.tolist(), t=t)
             winners = gumbel_winners(probs, t, dt, mask, dlm.vocab_size, prefix, generator)
-            revealed = [i for i, tok in enumerate(block) if tok == mask and winners[i] != mask]
-            for i in revealed:
-                block[i] = int(probs[i].argmax()) if self.warp.greedy else int(winners[i])
-                q_rows[i] = probs[i]
-            if revealed:
+            revealed = (block == mask) & (winners != mask)
+            if revealed.any():
+                block = torch.where(
+                    revealed, probs.argmax(-1) if self.warp.greedy else winners, block
+                )
+                q_rows = self._keep_rows(q_rows, revealed, probs)
                 probs = None  # x changed: the cached denoiser output is stale
-        still = [i for i, tok in enumerate(block) if tok == mask]
+        still = block == mask
         final_t = grid[-1] * torch.ones(1, 1, device=dlm.device)
-        if still:
+        if still.any():
             if probs is None or timed:
-                probs = self._probs(block, t=final_t)
-            for i in still:
-                block[i] = int(probs[i].argmax())
-                q_rows[i] = torch.zeros_like(probs[i]).index_fill_(0, probs[i].argmax(), 1.0)
-        q_probs = self._proposal(block, q_rows, final_t)
+                probs = self._probs(block.tolist(), t=final_t)
+            block = torch.where(still, probs.argmax(-1), block)
+            onehot = torch.zeros_like(probs).scatter_(1, probs.argmax(-1, keepdim=True), 1.0)
+            q_rows = self._keep_rows(q_rows, still, onehot)
+        tokens = block.tolist()
+        q_probs = self._proposal(tokens, q_rows, final_t)
         synchronize(dlm.device)
-        return Draft(block, q_probs, dlm.calls - calls, time.perf_counter() - started)
+        return Draft(tokens, q_probs, dlm.calls - calls, time.perf_counter() - started)
+
+    def _keep_rows(
+        self, q_rows: torch.Tensor | None, chosen: torch.Tensor, rows: torch.Tensor
+    ) -> torch.Tensor | None:
+        """`rows` at the `chosen` positions into the proposal, where one is needed."""
+        if self.warp.greedy or self.q_source != "reveal_step":
+            return None
+        q_rows = torch.zeros_like(rows) if q_rows is None else q_rows
+        return torch.where(chosen[:, None], rows, q_rows)
 
     def _proposal(
-        self, block: list[int], q_rows: list[torch.Tensor], t: torch.Tensor
+        self, block: list[int], q_rows: torch.Tensor | None, t: torch.Tensor
     ) -> torch.Tensor | None:
         if self.warp.greedy or self.q_source == "onehot":
             return None  # the verification rule reads None as one-hot on the drafted tokens
         if self.q_source == "final_step":
             return self._probs(block, subs=False, truncate=False, t=t)
-        return torch.stack(q_rows)
+        return q_rows
 
 
 @METHODS.register
