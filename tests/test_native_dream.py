@@ -13,7 +13,7 @@ import torch
 from transformers import AutoConfig, AutoModel
 
 import specbench.models.native  # noqa: F401  (registers model_type "Dream")
-from conftest import assert_golden_logits
+from conftest import REORDERED, assert_golden_logits
 from specbench.models.native.dream import DreamConfig, DreamModel
 
 GOLDEN = Path(__file__).parent / "goldens" / "dream"
@@ -100,16 +100,16 @@ def test_cached_block_forward_equals_one_forward(model):
             past_key_values=head.past_key_values,
             use_cache=True,
         )
-    torch.testing.assert_close(head.logits, whole.logits[:, :prefix], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(tail.logits, whole.logits[:, prefix:], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(head.logits, whole.logits[:, :prefix], **REORDERED)
+    torch.testing.assert_close(tail.logits, whole.logits[:, prefix:], **REORDERED)
     assert len(tail.past_key_values) == model.config.num_hidden_layers
     for (key, value), (key_ref, value_ref), (past_key, _) in zip(
         tail.past_key_values, whole.past_key_values, head.past_key_values
     ):
         assert past_key.shape == (2, 1, prefix, 4)  # [B, kv_heads, P, head_dim]
         assert key.shape == (2, 1, prefix + block, 4)
-        torch.testing.assert_close(key, key_ref, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(value, value_ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(key, key_ref, **REORDERED)
+        torch.testing.assert_close(value, value_ref, **REORDERED)
 
 
 def test_mask_hides_keys(model):
@@ -122,7 +122,7 @@ def test_mask_hides_keys(model):
     with torch.no_grad():
         masked = model(ids, attention_mask=mask).logits[:, keep]
         dropped = model(ids[:, keep], position_ids=keep[None]).logits
-    torch.testing.assert_close(masked, dropped, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(masked, dropped, **REORDERED)
 
 
 def test_explicit_positions_equal_default_and_are_used(model):
