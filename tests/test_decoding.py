@@ -49,7 +49,7 @@ def test_logits_after_rollback_and_extend_equal_a_fresh_forward(target: CausalLM
 def test_greedy_sps_equals_target_greedy_token_for_token(
     target: CausalLM, drafter: CausalLM, gamma: int
 ) -> None:
-    prompts = random_prompts(24)
+    prompts = random_prompts(12)
     baseline, method = AutoregressiveDecoder(target, Warp()), sps(target, drafter, gamma)
     g = torch.Generator()
     proposed = accepted = full_rounds = missed_rounds = 0

@@ -66,7 +66,7 @@ def test_psd_at_depth_zero_is_its_policys_decoder(world, cfg) -> None:
     dlm, prompts = world
     vanilla = BlockDecoder(dlm, DLLMConfig(**vars(cfg)))
     psd = PSDDecoder(dlm, PSDConfig(**vars(cfg), depth=0))
-    for prompt in prompts[:8]:
+    for prompt in prompts[:4]:
         calls = dlm.calls
         want = tokens(vanilla, prompt, 48)
         vanilla_calls, calls = dlm.calls - calls, dlm.calls
@@ -85,7 +85,7 @@ def test_psd_equals_the_vanilla_decoder_at_every_depth(world, cfg, depth) -> Non
     vanilla = BlockDecoder(dlm, DLLMConfig(**vars(cfg)))
     psd = PSDDecoder(dlm, PSDConfig(**vars(cfg), depth=depth))
     fewer = 0
-    for prompt in prompts[:8]:
+    for prompt in prompts[:4]:
         calls = dlm.calls
         want = tokens(vanilla, prompt, 64)
         vanilla_calls, calls = dlm.calls - calls, dlm.calls

@@ -57,7 +57,7 @@ def test_training_lowers_the_loss_and_is_deterministic(tokenizer) -> None:
         torch.manual_seed(0)
         model = causal_model(Shape(hidden=64, layers=1, heads=2, ffn=128), tokenizer)
         runs.append(
-            train_causal(model, stream, Schedule(steps=60, batch=8, seq_len=64, warmup=10), seed=0)
+            train_causal(model, stream, Schedule(steps=60, batch=8, seq_len=32, warmup=10), seed=0)
         )
     assert runs[0] == runs[1]
     assert sum(runs[0][-10:]) / 10 < sum(runs[0][:10]) / 10 - 1.0
@@ -82,7 +82,7 @@ def test_greedy_sps_on_the_tiny_world_is_lossless(tokenizer) -> None:
         json.loads(line) for line in (paths.TINY_DIR / "tiny_code.jsonl").read_text().splitlines()
     ]
     proposed = accepted = 0
-    for row in rows[:40]:
+    for row in rows[:20]:
         prompt = tokenizer(row["prompt"])["input_ids"]
         got = method.generate(prompt, 48, torch.Generator())
         assert got.tokens == baseline.generate(prompt, 48, torch.Generator()).tokens, row["id"]
@@ -157,14 +157,14 @@ def test_stop_strings_end_sps_exactly_where_plain_decoding_ends(tokenizer) -> No
         json.loads(line) for line in (paths.TINY_DIR / "tiny_code.jsonl").read_text().splitlines()
     ]
     stopped = 0
-    for row in rows[:40]:
+    for row in rows[:20]:
         prompt = tokenizer(row["prompt"])["input_ids"]
         plain = baseline.generate(prompt, 64, torch.Generator(), stop).tokens
         assert method.generate(prompt, 64, torch.Generator(), stop).tokens == plain, row["id"]
         end = stop.first(plain)
         assert end in (None, len(plain) - 1)  # nothing is emitted past the stop
         stopped += end is not None
-    assert stopped >= 10  # the stop strings did end generations (17 of 40 here)
+    assert stopped >= 6  # the stop strings did end generations (12 of 20 here)
 
 
 def test_a_multi_turn_task_runs_end_to_end_with_categories(tmp_path) -> None:
