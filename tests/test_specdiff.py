@@ -23,6 +23,7 @@ from conftest import builtin, tiny_dlm
 from specbench import paths
 from specbench.config import ModelConfig
 from specbench.decoding.autoregressive import AutoregressiveDecoder
+from specbench.decoding.drafters import specdiff
 from specbench.decoding.drafters.specdiff import SpecDiff, SpecDiffConfig, SpecDiffDrafter
 from specbench.decoding.warp import Warp
 from specbench.models.diffusion import MaskedDiffusionLM, MDLMDiffusionLM
@@ -101,6 +102,32 @@ def test_q_rows_are_distributions_over_real_tokens(prompts, q_source) -> None:
         assert bool((q[torch.arange(12), torch.tensor(draft.tokens)] > 0).all())
         spread += int(((q > 0).sum(-1) > 1).sum())
     assert spread > 0
+
+
+def test_a_revealed_positions_proposal_is_the_row_it_was_drawn_from(prompts, monkeypatch) -> None:
+    """`reveal_step`: with one position revealed per step (scripted), position i's proposal
+    row is the denoiser's row i at step i, not a later row (where SUBS makes it one-hot)."""
+    target, dlm = builtin("tiny"), tiny_dlm()
+    drafter = SpecDiffDrafter(dlm, Warp(temperature=1.0), 4, "reveal_step", target.vocab_size)
+    rows, probs = [], drafter._probs
+
+    def recorded(*args, **kwargs):
+        rows.append(probs(*args, **kwargs))
+        return rows[-1]
+
+    monkeypatch.setattr(drafter, "_probs", recorded)
+
+    def one_per_step(step_probs, t, dt, mask_id, width, prefix, generator):
+        winners = torch.full((step_probs.shape[0],), mask_id)
+        winners[len(rows) - 1] = step_probs[len(rows) - 1].argmax()
+        return winners
+
+    monkeypatch.setattr(specdiff, "gumbel_winners", one_per_step)
+    draft = drafter.draft(prompts[0], 4, torch.Generator())
+    assert len(rows) == 4
+    for i in range(4):
+        torch.testing.assert_close(draft.q_probs[i], rows[i][i], rtol=0, atol=0)
+    assert bool(((draft.q_probs > 0).sum(-1) > 1).all())
 
 
 class MDLMShapedConfig(PretrainedConfig):
