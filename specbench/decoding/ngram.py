@@ -135,14 +135,6 @@ class NgramLM:
             keys.append(key)
         return np.array(keys, dtype=np.int64)
 
-    def extend(self, histories: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        """[H, order] histories after each row's token: order k's is order k - 1's then the token
-        (a missing history, negative, stays negative)."""
-        out = np.empty_like(histories)
-        out[:, 0] = 1
-        out[:, 1:] = histories[:, :-1] * self.vocab_size + tokens[:, None]
-        return out
-
     @property
     def tables(self) -> tuple:
         """What the compiled query reads."""

@@ -74,9 +74,10 @@ def path_search(
     for i, column in enumerate(lattice):
         candidate[i, : len(column)] = column
     mixes = ngram is not None and lam < 1
+    drafter = logprobs.gather(1, torch.from_numpy(candidate).clamp(min=0))  # [K, M], not [K, V]
     path, score = beam_search(
         candidate,
-        logprobs.double().numpy(),
+        drafter.double().numpy(),
         lam,
         beam,
         np.array(sorted(eos), dtype=np.int64),
@@ -92,7 +93,7 @@ NO_NGRAM = (np.empty(0, dtype=np.int64), np.empty(0), np.empty(0, dtype=np.int64
 
 @numba.njit(cache=True)
 def beam_search(candidate, drafter, lam, beam, eos_ids, tables, vocab_size, history):
-    """`candidate` [K, M] (-1 pads a column), `drafter` [K, V] log-probs, `history` the
+    """`candidate` [K, M] (-1 pads a column), `drafter` [K, M] their log-probs, `history` the
     context's marked n-gram histories (empty: no n-gram). Each column scores every open
     hypothesis times every candidate and keeps the `beam` best by a stable sort, so ties go
     to finished paths, then to earlier hypotheses and candidates."""
@@ -115,7 +116,7 @@ def beam_search(candidate, drafter, lam, beam, eos_ids, tables, vocab_size, hist
                 t = candidate[i, c]
                 if t < 0:
                     break
-                step = lam * drafter[i, t]
+                step = lam * drafter[i, c]
                 if order:
                     step += (1 - lam) * logprob(tables, vocab_size, histories[h], t)
                 grown[n], parent[n], token[n] = scores[h] + step, h, t
@@ -209,9 +210,10 @@ class DiffuSpecDrafter(Drafter):
         l_gen = next((i for i, t in enumerate(raw) if t in self.eos), n)
         searched = time.perf_counter()
         if cfg.cps:
-            lattice = candidates(logprobs.cpu(), cfg.tau, cfg.m_max, self.eos)
+            on_host = logprobs.cpu()
+            lattice = candidates(on_host, cfg.tau, cfg.m_max, self.eos)
             path, score = path_search(
-                lattice, logprobs.cpu(), self.ngram, context, cfg.beam, cfg.lam, self.eos
+                lattice, on_host, self.ngram, context, cfg.beam, cfg.lam, self.eos
             )
         else:
             path = raw[: l_gen + 1]
