@@ -91,10 +91,12 @@ def register_task(spec: TaskSpec) -> TaskSpec:
     return TASKS.register(spec)
 
 
-def register_builtin_model(name: str) -> Callable:
-    """Decorator for a function that writes a model with `save_pretrained` into a directory."""
+def register_builtin_model(name: str, sources: tuple[Path, ...] = ()) -> Callable:
+    """Decorator for a function that writes a model with `save_pretrained` into a directory;
+    `sources` are the checkpoint directories it reads (their files key its cache entry)."""
 
     def wrap(fn: Callable[[Path], None]) -> Callable[[Path], None]:
+        fn.sources = sources
         return BUILTIN_MODELS.add(name, fn)
 
     return wrap

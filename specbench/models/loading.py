@@ -75,9 +75,14 @@ def resolve(cfg: ModelConfig, key: str) -> str:
 
 
 def _source_hash(builder) -> str:
-    """The builder's module source, hashed: a built-in written by older code is never reused."""
-    source = Path(inspect.getsourcefile(builder)).read_bytes()
-    return hashlib.sha256(source).hexdigest()[:12]
+    """The builder's module source and the checkpoints it reads, hashed: a built-in written by
+    older code or from another checkpoint is never reused."""
+    digest = hashlib.sha256(Path(inspect.getsourcefile(builder)).read_bytes())
+    for source in getattr(builder, "sources", ()):
+        for file in sorted(Path(source).iterdir()):
+            digest.update(file.name.encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def _read(key: str, ref: str, what: str, read: Callable[[], T]) -> T:

@@ -140,8 +140,8 @@ class TinyDLM(PreTrainedModel):
     ) -> tuple[torch.Tensor, KV]:
         """Final (normed) hidden states, unshifted, and every layer's keys and values."""
         head_dim = self.config.hidden_size // self.config.num_attention_heads
-        cos, sin = rotary(position_ids, head_dim, self.config.rope_theta)
         x = self.embed(input_ids)
+        cos, sin = (t.to(x.dtype) for t in rotary(position_ids, head_dim, self.config.rope_theta))
         new_kv: KV = []
         for i, layer in enumerate(self.layers):
             x, layer_kv = layer(x, cos, sin, attention_mask, kv[i] if kv else None)

@@ -1,0 +1,429 @@
+"""The xl world: the tiny world's checkpoints grown 14-140x in parameters without changing what
+they compute, so every drafter trained for the tiny world keeps its acceptance and only the cost
+of a target forward changes (a 124M-parameter target at batch 1 on a CPU is bound by reading its
+weights, as a 7-8B target is on a GPU; the 8.7M `tiny` is bound by per-call overhead).
+
+The growth is function-preserving, in four parts:
+
+- **wider residual stream** (d -> D = width x d): every source coordinate i is spread over its
+  own group of `width` grown coordinates along a random vector u_i of norm sqrt(width) (the
+  groups interleaved by a random permutation). With Q = [u_1 ... u_d] (D x d, Q^T Q = width I)
+  the grown stream Q x has the source's RMS, so every RMSNorm divides by what the source's
+  divides by, with the same eps; its weight, constant on each group, commutes with Q (the grown
+  weight is the source's repeated over the group). A linear that reads the stream becomes
+  W Q^T / width, one that writes it Q W, the embeddings E Q^T; the final norm, whose output a
+  tied head reads through the embeddings, is divided by the width. So a tied head stays tied,
+  and a drafter that uses the target's embeddings and head (DFlash) reads them unchanged. A
+  dense random rotation of the stream (SliceGPT/QuaRot's computational invariance) would be
+  exact for the target alone, but not for a drafter that shares its head: the norm weights
+  would have to be folded into the head, which the drafter's own final norm no longer matches.
+- **more heads** (Net2Net): every head becomes `heads` copies; copy c scales its queries by t_c
+  and keys by 1 / t_c (the same scores), its values by s_c and its output columns by
+  a_c / s_c, with the shares a_c of a head summing to one.
+- **wider MLP** (Net2Net): every neuron becomes `mlp` copies with the same gate row, its up
+  row scaled by s_c and its down column by a_c / s_c.
+- **more layers**: `depth - 1` new layers after every source layer, with dense random inputs
+  and zero output projections, so each adds exactly nothing to the stream.
+
+Every grown matrix except the new layers' output projections is dense (no zero padding): a
+zero-padded stream would carry exact zeros in known coordinates and a compiler that folds
+weights could skip them; here every coordinate and every weight carries signal, and bf16
+rounds the grown model's sums as it rounds a real model's. The new layers' zero output
+projections cost a dense matmul what any matrix costs (no kernel here inspects values).
+
+The growth of a float32 model is exact up to the order of float32 sums (tests: logits within
+`REORDERED`, the same greedy tokens). Grown checkpoints are built on first use from the committed
+ones, in float32, and cached under `$SPECBENCH_CACHE` keyed by the source checkpoint's and this
+module's hashes; the presets load them in bfloat16.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
+
+from specbench import paths
+from specbench.models.tiny.dlm import TinyDLM, TinyDLMConfig
+from specbench.registry import register_builtin_model
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class Growth:
+    """Multiples of the source's shape: residual width, heads, MLP neurons, layers."""
+
+    width: int
+    heads: int
+    mlp: int
+    depth: int = 1
+    seed: int = 0
+
+
+# The shipped xl models: 124M parameters each (tiny: 8.7M, tiny-dlm: 0.9M).
+XL = {
+    "tiny-xl": ("tiny", Growth(width=4, heads=4, mlp=4)),
+    "tiny-dlm-xl": ("tiny-dlm", Growth(width=10, heads=10, mlp=10, depth=3)),
+}
+# A drafter that reads a grown target's hidden states grows with the target's residual map.
+XL_DRAFTERS = {"tiny-dflash-xl": ("tiny-dflash", "tiny-xl")}
+
+
+@dataclass(frozen=True)
+class Residual:
+    """Q (D x d): source coordinate i spread over the grown coordinates of group i, along a
+    vector of norm sqrt(width) (Q^T Q = width I), so the grown stream's RMS is the source's."""
+
+    group: Tensor  # [D] the source coordinate each grown coordinate carries
+    vector: Tensor  # [D] its component of that coordinate's vector
+    width: int
+
+    @classmethod
+    def draw(cls, d: int, width: int, seed: int) -> Residual:
+        g = torch.Generator().manual_seed(seed)
+        group = torch.arange(d).repeat_interleave(width)[torch.randperm(d * width, generator=g)]
+        vector = torch.randn(d * width, generator=g, dtype=torch.float64)
+        norms = torch.zeros(d, dtype=torch.float64).index_add_(0, group, vector**2).sqrt()
+        return cls(group, vector / norms[group] * math.sqrt(width), width)
+
+    @property
+    def matrix(self) -> Tensor:
+        q = torch.zeros(len(self.group), len(self.group) // self.width, dtype=torch.float64)
+        q[torch.arange(len(self.group)), self.group] = self.vector
+        return q
+
+    def embed(self, weight: Tensor) -> Tensor:
+        """Rows that are stream vectors (embeddings): [rows, d] -> [rows, D]."""
+        return (weight.double() @ self.matrix.T).to(weight.dtype)
+
+    def read(self, weight: Tensor) -> Tensor:
+        """A linear that reads the stream: [out, d] -> [out, D]."""
+        return (weight.double() @ self.matrix.T / self.width).to(weight.dtype)
+
+    def write(self, weight: Tensor) -> Tensor:
+        """A linear that writes the stream: [d, in] -> [D, in]."""
+        return (self.matrix @ weight.double()).to(weight.dtype)
+
+    def norm(self, weight: Tensor, head: bool = False) -> Tensor:
+        """An RMSNorm's weight, the source's per group; before an LM head that reads the
+        embeddings (tied, or a drafter's on the target's), divided by the width."""
+        return (weight.double()[self.group] / (self.width if head else 1)).to(weight.dtype)
+
+
+@dataclass(frozen=True)
+class Copies:
+    """n units (heads or neurons) as n x m copies, in a random order."""
+
+    source: Tensor  # [n m] the unit each copy copies
+    share: Tensor  # [n m] a_c: a unit's copies' shares of its output sum to one
+    scale: Tensor  # [n m] s_c: values (up rows) scaled by s_c, outputs by a_c / s_c
+    tilt: Tensor  # [n m] t_c: queries scaled by t_c, keys by 1 / t_c
+
+    @classmethod
+    def draw(cls, n: int, m: int, g: torch.Generator) -> Copies:
+        source = torch.arange(n).repeat_interleave(m)[torch.randperm(n * m, generator=g)]
+        weight = torch.rand(n * m, generator=g, dtype=torch.float64) + 0.5
+        total = torch.zeros(n, dtype=torch.float64).index_add_(0, source, weight)
+        sign = torch.randint(0, 2, (n * m,), generator=g).double() * 2 - 1
+        scale = sign * torch.exp(0.3 * torch.randn(n * m, generator=g, dtype=torch.float64))
+        tilt = torch.exp(0.3 * torch.randn(n * m, generator=g, dtype=torch.float64))
+        return cls(source, weight / total[source], scale, tilt)
+
+    def rows(self, weight: Tensor, size: int, factor: Tensor) -> Tensor:
+        """[n size, in] -> [n m size, in]: each copy's rows, times its factor."""
+        units = weight.double().view(-1, size, weight.shape[1])[self.source]
+        return (units * factor[:, None, None]).reshape(-1, weight.shape[1]).to(weight.dtype)
+
+    def cols(self, weight: Tensor, size: int, factor: Tensor) -> Tensor:
+        """[out, n size] -> [out, n m size]: each copy's columns, times its factor."""
+        units = weight.double().view(weight.shape[0], -1, size)[:, self.source]
+        return (units * factor[None, :, None]).reshape(weight.shape[0], -1).to(weight.dtype)
+
+
+@dataclass
+class Block:
+    """One transformer layer's matrices, by role, in [out, in] layout."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    o: Tensor
+    gate: Tensor
+    up: Tensor
+    down: Tensor
+    attn_norm: Tensor
+    mlp_norm: Tensor
+
+
+def grow_block(block: Block, res: Residual, growth: Growth, head_dim: int, g) -> Block:
+    """A source layer, wider: more heads, more neurons, on the grown stream."""
+    heads = Copies.draw(block.q.shape[0] // head_dim, growth.heads, g)
+    neurons = Copies.draw(block.gate.shape[0], growth.mlp, g)
+    return Block(
+        q=res.read(heads.rows(block.q, head_dim, heads.tilt)),
+        k=res.read(heads.rows(block.k, head_dim, 1 / heads.tilt)),
+        v=res.read(heads.rows(block.v, head_dim, heads.scale)),
+        o=res.write(heads.cols(block.o, head_dim, heads.share / heads.scale)),
+        gate=res.read(neurons.rows(block.gate, 1, torch.ones_like(neurons.scale))),
+        up=res.read(neurons.rows(block.up, 1, neurons.scale)),
+        down=res.write(neurons.cols(block.down, 1, neurons.share / neurons.scale)),
+        attn_norm=res.norm(block.attn_norm),
+        mlp_norm=res.norm(block.mlp_norm),
+    )
+
+
+def silent_block(like: Block, g: torch.Generator) -> Block:
+    """A new layer shaped like `like`: dense random inputs, zero output projections."""
+
+    def dense(t: Tensor) -> Tensor:
+        return torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.dtype) * t.std()
+
+    def norm(t: Tensor) -> Tensor:
+        return torch.rand(t.shape, generator=g, dtype=torch.float64).to(t.dtype) + 0.5
+
+    return Block(
+        q=dense(like.q),
+        k=dense(like.k),
+        v=dense(like.v),
+        o=torch.zeros_like(like.o),
+        gate=dense(like.gate),
+        up=dense(like.up),
+        down=torch.zeros_like(like.down),
+        attn_norm=norm(like.attn_norm),
+        mlp_norm=norm(like.mlp_norm),
+    )
+
+
+def grow_blocks(blocks: list[Block], res: Residual, growth: Growth, head_dim: int) -> list[Block]:
+    """Every source layer grown, each followed by `depth - 1` silent layers."""
+    g = torch.Generator().manual_seed(growth.seed + 1)
+    grown = []
+    for block in blocks:
+        grown.append(grow_block(block, res, growth, head_dim, g))
+        grown.extend(silent_block(grown[-1], g) for _ in range(growth.depth - 1))
+    return grown
+
+
+def grown_layer(source_layer: int, growth: Growth) -> int:
+    """The grown layer whose output is source layer `source_layer`'s on the grown stream (the
+    last of its silent followers: a reader of that layer reads through them)."""
+    return source_layer * growth.depth + growth.depth - 1
+
+
+# Llama (tiny, tiny-ar): transformers' parameter names
+
+LLAMA = {
+    "q": "self_attn.q_proj",
+    "k": "self_attn.k_proj",
+    "v": "self_attn.v_proj",
+    "o": "self_attn.o_proj",
+    "gate": "mlp.gate_proj",
+    "up": "mlp.up_proj",
+    "down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "mlp_norm": "post_attention_layernorm",
+}
+
+
+def _blocks(state: dict[str, Tensor], prefix: str, n: int, names: dict[str, str]) -> list[Block]:
+    return [
+        Block(**{role: state[f"{prefix}{i}.{name}.weight"] for role, name in names.items()})
+        for i in range(n)
+    ]
+
+
+def _block_state(blocks: list[Block], prefix: str, names: dict[str, str]) -> dict[str, Tensor]:
+    return {
+        f"{prefix}{i}.{name}.weight": getattr(block, role)
+        for i, block in enumerate(blocks)
+        for role, name in names.items()
+    }
+
+
+@torch.no_grad()
+def grow_llama(model: LlamaForCausalLM, growth: Growth) -> LlamaForCausalLM:
+    """A grown Llama computing the same function (tied embeddings stay tied)."""
+    c = model.config
+    if c.num_key_value_heads != c.num_attention_heads:
+        raise ValueError(
+            "growth copies heads with their keys: grouped-query attention is not grown"
+        )
+    d, state = c.hidden_size, model.state_dict()
+    res = Residual.draw(d, growth.width, growth.seed)
+    config = LlamaConfig(
+        **{
+            **c.to_dict(),
+            "hidden_size": d * growth.width,
+            "intermediate_size": c.intermediate_size * growth.mlp,
+            "num_attention_heads": c.num_attention_heads * growth.heads,
+            "num_key_value_heads": c.num_key_value_heads * growth.heads,
+            "num_hidden_layers": c.num_hidden_layers * growth.depth,
+            "head_dim": c.head_dim,
+        }
+    )
+    blocks = grow_blocks(
+        _blocks(state, "model.layers.", c.num_hidden_layers, LLAMA), res, growth, c.head_dim
+    )
+    if not c.tie_word_embeddings:
+        raise ValueError(
+            "growth keeps an LM head tied to the embeddings: untied heads are not grown"
+        )
+    embed = res.embed(state["model.embed_tokens.weight"])
+    grown = LlamaForCausalLM(config).to(model.dtype).eval()
+    grown.load_state_dict(
+        {
+            **_block_state(blocks, "model.layers.", LLAMA),
+            "model.embed_tokens.weight": embed,
+            "model.norm.weight": res.norm(state["model.norm.weight"], head=True),
+            "lm_head.weight": embed,
+        }
+    )
+    grown.generation_config = model.generation_config
+    return grown
+
+
+# TinyDLM (tiny-dlm): one fused qkv matrix per layer
+
+DLM = {
+    "o": "out",
+    "gate": "gate",
+    "up": "up",
+    "down": "down",
+    "attn_norm": "attn_norm",
+    "mlp_norm": "mlp_norm",
+}
+
+
+@torch.no_grad()
+def grow_dlm(model: TinyDLM, growth: Growth) -> TinyDLM:
+    """A grown TinyDLM computing the same function (its head width is the source's)."""
+    c, state = model.config, model.state_dict()
+    d, head_dim = c.hidden_size, c.hidden_size // c.num_attention_heads
+    res = Residual.draw(d, growth.width, growth.seed)
+    config = TinyDLMConfig(
+        **{
+            **c.to_dict(),
+            "hidden_size": d * growth.width,
+            "intermediate_size": c.intermediate_size * growth.mlp,
+            "num_attention_heads": c.num_attention_heads * growth.heads,
+            "num_hidden_layers": c.num_hidden_layers * growth.depth,
+        }
+    )
+    if config.hidden_size // config.num_attention_heads != head_dim:
+        raise ValueError("TinyDLM's head width is hidden_size / heads: grow both alike")
+    sources = []
+    for i in range(c.num_hidden_layers):
+        q, k, v = state[f"layers.{i}.qkv.weight"].chunk(3)
+        named = {role: state[f"layers.{i}.{name}.weight"] for role, name in DLM.items()}
+        sources.append(Block(q=q, k=k, v=v, **named))
+    blocks = grow_blocks(sources, res, growth, head_dim)
+    grown_state = _block_state(blocks, "layers.", DLM)
+    for i, block in enumerate(blocks):
+        grown_state[f"layers.{i}.qkv.weight"] = torch.cat([block.q, block.k, block.v])
+    embed = res.embed(state["embed.weight"])
+    grown = TinyDLM(config).to(model.dtype).eval()
+    grown.load_state_dict(
+        {
+            **grown_state,
+            "embed.weight": embed,
+            "norm.weight": res.norm(state["norm.weight"], head=True),
+            "lm_head.weight": embed,
+        }
+    )
+    return grown
+
+
+# DFlash drafters (the `dflash` package's Qwen3 layers): only the residual stream grows
+
+DFLASH = {**LLAMA, "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm"}
+
+
+@torch.no_grad()
+def grow_dflash(drafter: PreTrainedModel, growth: Growth) -> PreTrainedModel:
+    """A DFlash drafter for the target grown by `growth`: its residual stream on the target's
+    grown stream (it shares the target's embeddings and head), its `fc` reading the grown
+    target layers, its heads and MLP unchanged (a drafter's cost stays a drafter's)."""
+    from dflash.model import DFlashDraftModel
+
+    c, state = drafter.config, drafter.state_dict()
+    d = c.hidden_size
+    res = Residual.draw(d, growth.width, growth.seed)
+    config = c.__class__(**c.to_dict())
+    config.hidden_size = d * growth.width
+    config.num_target_layers = c.num_target_layers * growth.depth
+    layers = [grown_layer(i, growth) for i in drafter.target_layer_ids]
+    config.dflash_config = {**c.dflash_config, "target_layer_ids": layers}
+    grown_state = {}
+    for key, value in state.items():
+        role = next((r for r, name in DFLASH.items() if f".{name}." in key), None)
+        if role in ("q", "k", "v", "gate", "up"):
+            value = res.read(value)
+        elif role in ("o", "down"):
+            value = res.write(value)
+        elif role in ("attn_norm", "mlp_norm") or key in ("norm.weight", "hidden_norm.weight"):
+            value = res.norm(value, head=key == "norm.weight")
+        elif key == "fc.weight":
+            value = res.write(torch.cat([res.read(w) for w in value.chunk(len(layers), 1)], 1))
+        grown_state[key] = value
+    grown = DFlashDraftModel(config).to(drafter.dtype).eval()
+    grown.load_state_dict(grown_state)
+    return grown
+
+
+# The built-ins: grown from the committed checkpoints on first use
+
+
+def _provenance(out: Path, source: str, growth: Growth, grown: PreTrainedModel) -> None:
+    params = sum(p.numel() for p in grown.parameters())
+    record = {"source": f"specbench:{source}", "growth": asdict(growth), "parameters": params}
+    (out / "growth.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _copy_tokenizer(source: Path, out: Path) -> None:
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(source / name, out / name)
+
+
+def build_grown(name: str, out: Path) -> None:
+    """`tiny-xl` or `tiny-dlm-xl`, in float32, with the source's tokenizer."""
+    source, growth = XL[name]
+    src_dir = paths.TINY_DIR / source
+    if source == "tiny-dlm":
+        grown = grow_dlm(TinyDLM.from_pretrained(src_dir, dtype=torch.float32), growth)
+    else:
+        grown = grow_llama(LlamaForCausalLM.from_pretrained(src_dir, dtype=torch.float32), growth)
+    grown.save_pretrained(out)
+    _copy_tokenizer(src_dir, out)
+    _provenance(out, source, growth, grown)
+
+
+def build_grown_dflash(name: str, out: Path) -> None:
+    from dflash.model import DFlashDraftModel
+
+    source, target = XL_DRAFTERS[name]
+    growth = XL[target][1]
+    src = DFlashDraftModel.from_pretrained(paths.TINY_DIR / source, dtype=torch.float32)
+    grown = grow_dflash(src, growth)
+    grown.save_pretrained(out)
+    _provenance(out, source, growth, grown)
+
+
+def _register() -> None:
+    for name, (source, _) in XL.items():
+        register_builtin_model(name, sources=(paths.TINY_DIR / source,))(
+            lambda out, name=name: build_grown(name, out)
+        )
+    for name, (source, target) in XL_DRAFTERS.items():
+        sources = (paths.TINY_DIR / source, paths.TINY_DIR / XL[target][0])
+        register_builtin_model(name, sources=sources)(
+            lambda out, name=name: build_grown_dflash(name, out)
+        )
+
+
+_register()
