@@ -1,4 +1,4 @@
-"""Harness overhead and peak memory of every method on the tiny world.
+"""Harness overhead and peak memory of every method on the tiny world or the xl world.
 
 Each cell is built as `specbench-run` builds it (composed config, registry, loaders), then its
 model calls are timed (`forward_tokens`, `canvas_logits`, `tree_logits`, `block_logits`, device
@@ -9,8 +9,10 @@ GPU, torch's peak allocation.
 
 Every cell runs under both engines (`run.engine=eager` and `compiled`) unless `--engine` picks
 one; two untimed decodes warm each up (under the compiled engine they compile the graphs).
+`--world xl` runs each method's xl preset (conf/experiment/*_xl.yaml) instead.
 
     python benchmarks/method_overhead.py --threads 2
+    python benchmarks/method_overhead.py --threads 2 --world xl --engine eager
 """
 
 from __future__ import annotations
@@ -41,7 +43,19 @@ CELLS = {
     "psd": [*DLM, "method=psd", "method.policy=quota", "method.depth=3"],
     "spiffy": [*DLM, "method=spiffy", "method.nodes=5", "method.calibration_samples=10"],
 }
-CALLS = ("forward_tokens", "canvas_logits", "tree_logits", "block_logits")
+XL = {
+    "ar": ["experiment=sps_xl", "method=ar"],
+    "sps": ["experiment=sps_xl"],
+    "dflash": ["experiment=dflash_xl"],
+    "specdiff": ["experiment=specdiff_xl", "method.gamma=5"],
+    "diffuspec": ["experiment=diffuspec_xl"],
+    "dllm": ["experiment=dllm_xl", "method.policy=threshold"],
+    "psd": ["experiment=psd_xl"],
+    "spiffy": ["experiment=spiffy_xl", "method.calibration_samples=10"],
+}
+WORLDS = {"tiny": CELLS, "xl": XL}
+# a model's calls; a DFlash drafter is a torch module called directly (its head is the target's)
+CALLS = ("forward_tokens", "canvas_logits", "tree_logits", "block_logits", "forward")
 
 
 def time_calls(model: object, clock: dict[str, float], device: torch.device) -> None:
@@ -65,7 +79,7 @@ def time_calls(model: object, clock: dict[str, float], device: torch.device) -> 
 def run_cell(cell: str, args: argparse.Namespace) -> dict:
     discover()
     overrides = [
-        *CELLS[cell],
+        *WORLDS[args.world][cell],
         f"run.device={args.device}",
         f"run.engine={args.engine or 'eager'}",
         f"run.max_new_tokens={args.max_new_tokens}",
@@ -109,7 +123,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int)
-    parser.add_argument("--cell", choices=sorted(CELLS), help="one cell, in this process")
+    parser.add_argument("--world", choices=sorted(WORLDS), default="tiny")
+    parser.add_argument("--cell", choices=sorted(XL), help="one cell, in this process")
     parser.add_argument("--engine", choices=ENGINES, help="one engine (default: both)")
     args = parser.parse_args()
     if args.threads:
@@ -118,7 +133,7 @@ def main() -> None:
         print(json.dumps(run_cell(args.cell, args)))
         return
     print(f"{'cell':<10} {'engine':<9} {'tok/s':>8} {'overhead':>9} {'peak MiB':>9}")
-    for cell in CELLS:  # one process per cell and engine: peak RSS is per process
+    for cell in WORLDS[args.world]:  # one process per cell and engine: peak RSS is per process
         for engine in [args.engine] if args.engine else ENGINES:
             out = subprocess.run(
                 [sys.executable, __file__, "--cell", cell, "--engine", engine, *sys.argv[1:]],

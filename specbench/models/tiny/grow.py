@@ -66,10 +66,10 @@ class Growth:
     seed: int = 0
 
 
-# The shipped xl models: 124M parameters each (tiny: 8.7M, tiny-dlm: 0.9M).
+# The shipped xl models: tiny-xl 192M parameters (tiny: 8.7M), tiny-dlm-xl 177M (tiny-dlm: 0.9M).
 XL = {
-    "tiny-xl": ("tiny", Growth(width=4, heads=4, mlp=4)),
-    "tiny-dlm-xl": ("tiny-dlm", Growth(width=10, heads=10, mlp=10, depth=3)),
+    "tiny-xl": ("tiny", Growth(width=5, heads=5, mlp=5)),
+    "tiny-dlm-xl": ("tiny-dlm", Growth(width=12, heads=12, mlp=12, depth=3)),
 }
 # A drafter that reads a grown target's hidden states grows with the target's residual map.
 XL_DRAFTERS = {"tiny-dflash-xl": ("tiny-dflash", "tiny-xl")}
