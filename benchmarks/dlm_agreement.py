@@ -21,7 +21,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from specbench import paths
 from specbench.config import ModelConfig
-from specbench.decoding.autoregressive import AutoregressiveDecoder
+from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
 from specbench.models.loading import load_causal_lm
 from specbench.models.tiny.dlm import block_causal_mask

@@ -54,8 +54,15 @@ XL = {
     "spiffy": ["experiment=spiffy_xl", "method.calibration_samples=10"],
 }
 WORLDS = {"tiny": CELLS, "xl": XL}
-# a model's calls; a DFlash drafter is a torch module called directly (its head is the target's)
-CALLS = ("forward_tokens", "canvas_logits", "tree_logits", "block_logits", "forward")
+# a model's calls; a DFlash drafter is a torch module called directly, then its head
+CALLS = (
+    "forward_tokens",
+    "canvas_logits",
+    "tree_logits",
+    "block_logits",
+    "forward",
+    "compute_logits",
+)
 
 
 def time_calls(model: object, clock: dict[str, float], device: torch.device) -> None:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import torch
 
 from common import acceptance, add_common_args, describe, print_table, setup, sps_decoder
-from specbench.decoding.autoregressive import AutoregressiveDecoder
 from specbench.decoding.generation import Decoder, Generation
+from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
 from specbench.models.causal import CausalLM
 

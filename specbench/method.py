@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from specbench.config import ModelConfig
 from specbench.decoding.generation import Decoder
+from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
 
 
@@ -25,7 +26,7 @@ class Method(ABC):
     name: ClassVar[str]
     Config: ClassVar[type]  # the dataclass its YAML is validated against
     target_kind: ClassVar[str] = "causal"  # causal | diffusion
-    drafter_kind: ClassVar[str | None] = None  # causal | diffusion; None: takes no drafter
+    drafter_kind: ClassVar[str | None] = None  # causal | diffusion | dflash; None: no drafter
     marker: ClassVar[str] = "x"  # its marker in Pareto plots
     # what one round's `drafted_per_round` / `accepted_per_round` count: "tokens" (drafted
     # tokens, so acceptance is a probability per token), "steps" (denoising steps of a
@@ -57,8 +58,6 @@ class Method(ABC):
     def baseline(self, target: Any) -> Decoder:
         """The arm every speedup is measured against and losslessness is checked against:
         the target's own plain decoding unless a method says otherwise."""
-        from specbench.decoding.autoregressive import AutoregressiveDecoder
-
         return AutoregressiveDecoder(target, self.warp)
 
     def references(self, target: Any) -> dict[str, Decoder | None]:

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from conftest import builtin
-from specbench.decoding.autoregressive import AutoregressiveDecoder
 from specbench.decoding.drafters.ar import SpS, SpSConfig, common_prefix_len
+from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.speculative import SpeculativeDecoder
 from specbench.decoding.warp import Warp
 from specbench.models.causal import CausalLM

@@ -16,11 +16,11 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from conftest import law_pvalue
-from specbench.decoding.autoregressive import AutoregressiveDecoder
 from specbench.decoding.configs import DFlashConfig, SpSConfig
 from specbench.decoding.drafters.ar import SpS
 from specbench.decoding.drafters.dflash import DFlash
 from specbench.decoding.generation import Stop
+from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
 from specbench.models.causal import CausalLM
 from specbench.models.random_dflash import dflash_config, random_dflash

@@ -18,7 +18,6 @@ from transformers.modeling_outputs import MaskedLMOutput
 
 from conftest import builtin, compose_cfg, tiny_dlm
 from specbench import paths
-from specbench.decoding.autoregressive import AutoregressiveDecoder
 from specbench.decoding.drafters.diffuspec import (
     AdaptiveDraftLength,
     DiffuSpec,
@@ -28,6 +27,7 @@ from specbench.decoding.drafters.diffuspec import (
 )
 from specbench.decoding.generation import Draft
 from specbench.decoding.ngram import NgramLM
+from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
 from specbench.models.diffusion import DreamDiffusionLM

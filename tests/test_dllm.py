@@ -21,6 +21,7 @@ from specbench.decoding.dllm.policies import (
     SpatialConfig,
     Threshold,
     greedy_confidence,
+    one_token_per_step,
 )
 from specbench.decoding.dllm.psd import PSDConfig, PSDDecoder
 from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig
@@ -221,6 +222,27 @@ def test_quota_schedules_reveal_the_whole_block() -> None:
             masked &= ~commit
             step += 1
         assert step <= 4
+
+
+@pytest.mark.parametrize("schedule", ["llada", "dream"])
+def test_one_token_per_step_is_claimed_only_where_every_step_commits_one(world, schedule) -> None:
+    """Quota with steps = block length commits one token a forward on LLaDA's schedule; on
+    Dream's grid it commits none at a block's first step and two at its last, so neither the
+    claim (exactness, the label) nor PSD's and Spiffy's reference may treat it as one a step."""
+    from specbench.decoding.dllm.psd import PSD
+    from specbench.decoding.dllm.vanilla import DLLM
+    from specbench.decoding.warp import Warp
+
+    dlm, prompts = world
+    cfg = DLLMConfig(block_length=32, schedule=schedule)
+    emitted = BlockDecoder(dlm, cfg).generate(prompts[0], 32, torch.Generator()).emitted
+    one = set(emitted) == {1}
+    assert one == (schedule == "llada")
+    assert one_token_per_step(cfg) == one
+    method = DLLM(cfg, Warp())
+    assert method.exact() == one and ("1/step" in method.label()) == one
+    psd = PSD(PSDConfig(block_length=32, policy="quota", schedule=schedule, depth=2), Warp())
+    assert (psd.references(dlm)["one_token_per_step"] is None) == one
 
 
 def test_threshold_dynamic_and_localleap_follow_their_definitions() -> None:

@@ -22,9 +22,9 @@ from transformers.modeling_outputs import MaskedLMOutput
 from conftest import builtin, tiny_dlm
 from specbench import paths
 from specbench.config import ModelConfig
-from specbench.decoding.autoregressive import AutoregressiveDecoder
 from specbench.decoding.drafters import specdiff
 from specbench.decoding.drafters.specdiff import SpecDiff, SpecDiffConfig, SpecDiffDrafter
+from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
 from specbench.models.diffusion import MaskedDiffusionLM, MDLMDiffusionLM
 from specbench.models.loading import load_diffusion_lm
@@ -108,7 +108,9 @@ def test_a_revealed_positions_proposal_is_the_row_it_was_drawn_from(prompts, mon
     """`reveal_step`: with one position revealed per step (scripted), position i's proposal
     row is the denoiser's row i at step i, not a later row (where SUBS makes it one-hot)."""
     target, dlm = builtin("tiny"), tiny_dlm()
-    drafter = SpecDiffDrafter(dlm, Warp(temperature=1.0), 4, "reveal_step", target.vocab_size)
+    drafter = SpecDiffDrafter(
+        dlm, Warp(temperature=1.0), 4, "reveal_step", target.vocab_size, upstream_rng=True
+    )
     rows, probs = [], drafter._probs
 
     def recorded(*args, **kwargs):
@@ -241,7 +243,13 @@ def test_mdlm_drafts_are_upstreams_cached_ancestral_samples(tmp_path, time_condi
     for case in cases:
         args = case["args"]
         drafter = SpecDiffDrafter(
-            dlm, Warp(temperature=1.0), args["num_steps"], "reveal_step", 50257, args["eps"]
+            dlm,
+            Warp(temperature=1.0),
+            args["num_steps"],
+            "reveal_step",
+            50257,
+            args["eps"],
+            upstream_rng=True,
         )
         generator = torch.Generator().manual_seed(args["global_seed"])
         draft = drafter.draft(case["prompt"], args["gamma"], generator)

@@ -249,3 +249,33 @@ def test_spiffy_never_calibrates_on_a_measured_item(tmp_path) -> None:
     assert "has no held-out split" in str(err.value)
     plan = prepare(compose_cfg(*base, "run.limit=2"))
     assert plan.task.heldout() and plan.samples
+
+
+def leftmost(n: int) -> frozenset:
+    return frozenset((rank, 0) for rank in range(n))
+
+
+@pytest.mark.parametrize(
+    "keep, calls_per_block, accepted_per_block",
+    # keep 3: the tree forward accepts all three remaining steps; keep 2: it accepts two, and
+    # the last step is the certain step on the depth-2 node's distribution (no forward); keep
+    # 1: one step accepted, then a forward whose only node no longer fits (2 masks left)
+    [(3, 2, [3]), (2, 2, [2]), (1, 3, [1, 0])],
+)
+def test_spiffy_forward_and_acceptance_counts_are_exact_on_a_scripted_model(
+    keep, calls_per_block, accepted_per_block
+) -> None:
+    """A fake whose greedy tokens never change and whose confidence falls left to right, under
+    a quota whose count depends on the step (a 10-block in 4 steps: 3, 3, 2, 2). The graph is
+    the vanilla decoder's own future: depth d has committed the leftmost 3, 5, 7 masks after the
+    certain step. Reading the policy at the wrong step index (a count of 3 where 2 is due)
+    rejects the depth-2 node and changes the counts."""
+    from test_dllm import VOCAB, Scripted
+
+    graph = DraftGraph([Node(1, leftmost(3)), Node(2, leftmost(5)), Node(3, leftmost(7))])
+    cfg = SpiffyConfig(block_length=10, steps=8, policy="quota", nodes=3, keep=keep)
+    fake = Scripted(drifting=False)
+    got = SpiffyDecoder(fake, cfg, graph).generate([5, 6], 20, torch.Generator(), Stop(frozenset()))
+    assert got.tokens == [1 + j % (VOCAB - 1) for j in range(10)] * 2
+    assert got.target_calls == fake.calls == 2 * calls_per_block
+    assert got.accepted == accepted_per_block * 2

@@ -11,9 +11,9 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from conftest import builtin, compose_cfg
 from specbench import paths
-from specbench.decoding.autoregressive import AutoregressiveDecoder
 from specbench.decoding.drafters.ar import SpS, SpSConfig
 from specbench.decoding.generation import Stop
+from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
 from specbench.models.tiny import corpus
 from specbench.models.tiny.dlm import (

@@ -35,6 +35,9 @@ class SpecDiffConfig:
     q_source: str = "reveal_step"  # the proposal for rejection sampling: or final_step, onehot
     rule: str = "auto"  # greedy at temperature 0, rejection above; or a lenient rule (verify.py)
     leniency: float = 1.0  # the lenient rules' knob: ratio l, floor epsilon, top-k k, typical eps
+    # draw MDLM's whole-sequence uniforms (prefix rows too) so a seed reproduces upstream's
+    # drafts token for token; off, a step draws uniforms for the block's rows only (same law)
+    upstream_rng: bool = False
 
 
 @dataclass

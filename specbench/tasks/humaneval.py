@@ -8,29 +8,13 @@ is none). Tests run in `specbench.metrics.sandbox`, never in this process.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from specbench.errors import ConfigError
 from specbench.metrics import sandbox
 from specbench.registry import TaskSpec, register_task
 from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
-
-FENCE = re.compile(r"```(?:python|py)?\n(.*?)(?:```|$)", re.DOTALL)
-
-
-def require_sandbox(task: str) -> None:
-    """A code task refuses a machine without its sandbox, in one line, before any model loads."""
-    try:
-        sandbox.require()
-    except sandbox.SandboxUnavailable as err:
-        raise ConfigError("task", task, str(err)) from None
-
-
-def code_of(reply: str) -> str:
-    """The first fenced code block of a chat reply, else the reply itself."""
-    match = FENCE.search(reply)
-    return match.group(1) if match else reply
+from specbench.tasks.code import code_of, require_sandbox
 
 
 @dataclass

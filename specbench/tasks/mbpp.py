@@ -16,7 +16,7 @@ from specbench.errors import ConfigError
 from specbench.metrics import sandbox
 from specbench.registry import TaskSpec, register_task
 from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
-from specbench.tasks.humaneval import code_of, require_sandbox
+from specbench.tasks.code import code_of, require_sandbox
 
 TEST_IDS = range(11, 511)
 EXEMPLAR_IDS = (2, 3, 4)

@@ -92,7 +92,7 @@ class MtBenchTask(Task):
         """The judge's rating of the last answer, None when it gives none in the format."""
         import torch
 
-        from specbench.decoding.autoregressive import AutoregressiveDecoder
+        from specbench.decoding.plain import AutoregressiveDecoder
         from specbench.decoding.warp import Warp
 
         system, user = judge_prompt(turns, answers)

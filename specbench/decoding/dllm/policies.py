@@ -111,8 +111,10 @@ def check_cache(cfg: SpatialConfig, target: ModelConfig) -> None:
 
 
 def one_token_per_step(cfg: SpatialConfig) -> bool:
-    """The vanilla decoder: LLaDA with steps = gen length (every other policy can differ)."""
-    return cfg.policy == "quota" and cfg.steps is None
+    """The vanilla decoder: LLaDA's quota with steps = gen length. Every other policy can commit
+    several tokens at a step, and Dream's grid with as many steps as masks commits none at a
+    block's first step and two at its last (int(32 x 0.031) = 0 for a 32-block)."""
+    return cfg.policy == "quota" and cfg.steps is None and cfg.schedule == "llada"
 
 
 def greedy_confidence(

@@ -199,12 +199,13 @@ ONE_PER_STEP = "one token per step (LLaDA, steps = generation length; same block
 
 def spatial_label(cfg: SpatialConfig) -> list[str]:
     """The policy and the knobs it reads, the block, and any cache."""
+    steps = f"T{cfg.steps}" if cfg.steps else "T=block"
     knobs = {
-        "quota": f"T{cfg.steps}" if cfg.steps else "1/step",
+        "quota": "1/step" if one_token_per_step(cfg) else steps,
         "threshold": f"τ{cfg.threshold:g}",
         "dynamic": f"f{cfg.factor:g}",
         "localleap": f"τ{cfg.threshold:g}/{cfg.relaxed_threshold:g} w{cfg.window}",
-        "origin": f"T{cfg.steps}" if cfg.steps else "1/step",
+        "origin": steps,
     }
     parts = [cfg.policy, knobs[cfg.policy], f"b{cfg.block_length}"]
     if cfg.policy in ("quota", "origin") and cfg.schedule != "llada":

@@ -8,11 +8,14 @@ t = grid[i] and s = t - (1 - eps) / T (float32, as upstream computes them), q = 
 the real tokens and q = s on the mask column, and each position takes argmax(q / g) with
 g = 1e-10 - log(u + 1e-10) (upstream's `_sample_categorical`), so a masked position is revealed
 with probability (t - s) / t, its token drawn from the denoiser's SUBS distribution p(x0 | x_t)
-(warped like the target's; at temperature 0 the argmax of p). The uniforms u are ONE draw per
+(warped like the target's; at temperature 0 the argmax of p). By default a step draws that law
+compactly (`reveal_winners`: one uniform per block position for the reveal, one categorical
+draw per position when sampling). With `upstream_rng` it draws upstream's stream: ONE draw per
 step of shape [1, len(prefix) + gamma, W] (W = the drafter's output width, the mask column
-included), the prefix rows included and unused, exactly as upstream's `torch.rand_like` over the
-whole sequence: with a generator seeded as upstream's global RNG the drafts are identical. No
-other random draws are made. The denoiser runs again only once something was revealed (and every
+included), the prefix rows drawn and unused, exactly as upstream's `torch.rand_like` over the
+whole sequence, so with a generator seeded as upstream's global RNG the drafts are upstream's
+token for token (the golden tests set it). That stream costs len(prefix) x W uniforms and their
+logarithms a step: on the tiny world's default cell it took SpecDiff from 0.55x to 0.31x. The denoiser runs again only once something was revealed (and every
 step for a time-conditioned drafter, whose sigma changes; upstream disables its cache then too).
 Positions still masked after T steps are filled with the argmax ("noise removal"), reusing the
 last denoiser output when nothing changed since (upstream runs one more forward, which gives the
@@ -101,6 +104,27 @@ def gumbel_winners(
     return (q / gumbel_norm).argmax(dim=-1)
 
 
+def reveal_winners(
+    probs: torch.Tensor,
+    t: torch.Tensor,
+    dt: float,
+    mask_id: int,
+    greedy: bool,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """The same law as `gumbel_winners`, drawn compactly: each row is revealed with probability
+    (t - s) / t (the mask column's share of q is s / t), its token the argmax of its row at
+    temperature 0, else a draw from it; `len(rows)` uniforms, plus one draw per row to sample."""
+    u = torch.rand(probs.shape[0], generator=generator, device=probs.device)
+    move_t, move_s = t[0, 0], t[0, 0] - dt
+    revealed = u < (move_t - move_s) / move_t
+    if greedy:
+        tokens = probs.argmax(-1)
+    else:
+        tokens = torch.multinomial(probs, 1, generator=generator)[:, 0]
+    return torch.where(revealed, tokens, mask_id)
+
+
 class SpecDiffDrafter(Drafter):
     def __init__(
         self,
@@ -110,10 +134,12 @@ class SpecDiffDrafter(Drafter):
         q_source: str,
         vocab_size: int,
         eps: float = EPS,
+        upstream_rng: bool = False,
     ):
         self.dlm, self.warp, self.steps, self.q_source = dlm, warp, steps, q_source
         self.vocab_size = vocab_size  # the target's: q rows live on its vocabulary
         self.eps = eps  # the time grid's end (upstream's `_sample(eps=1e-5)`)
+        self.upstream_rng = upstream_rng  # draw uniforms for the prefix rows too
 
     @property
     def calls(self) -> int:
@@ -154,7 +180,10 @@ class SpecDiffDrafter(Drafter):
             t = grid[step] * torch.ones(1, 1, device=dlm.device)
             if probs is None or timed:
                 probs = self._probs(block.tolist(), t=t)
-            winners = gumbel_winners(probs, t, dt, mask, dlm.vocab_size, prefix, generator)
+            if self.upstream_rng:
+                winners = gumbel_winners(probs, t, dt, mask, dlm.vocab_size, prefix, generator)
+            else:
+                winners = reveal_winners(probs, t, dt, mask, self.warp.greedy, generator)
             revealed = (block == mask) & (winners != mask)
             if revealed.any():
                 block = torch.where(
@@ -230,7 +259,14 @@ class SpecDiff(DraftVerifyMethod):
         cfg, warp = self.cfg, self.warp
         return SpeculativeDecoder(
             target,
-            SpecDiffDrafter(drafter, warp, cfg.steps, cfg.q_source, target.vocab_size),
+            SpecDiffDrafter(
+                drafter,
+                warp,
+                cfg.steps,
+                cfg.q_source,
+                target.vocab_size,
+                upstream_rng=cfg.upstream_rng,
+            ),
             make_rule(cfg.rule, cfg.leniency, warp),
             warp,
             GammaSchedule(cfg.gamma, "constant"),
