@@ -119,6 +119,15 @@ def test_sampled_runs_report_no_token_level_lossless_rate(records: list[Record])
     assert s["lossless_rate"] is None and s["tie_flip_rate"] is None
 
 
+def test_an_unmeasured_divergence_leaves_the_tie_flip_rate_unknown(records: list[Record]) -> None:
+    """A diffusion LLM's decoder has no top-2 logits to read: its divergences are not ties."""
+    diverged = next(r for r in records if r.first_divergence is not None)
+    diverged.tie_flip = None
+    assert summarize(records, greedy=True)["tie_flip_rate"] is None
+    diverged.tie_flip = False
+    assert summarize(records, greedy=True)["tie_flip_rate"] == pytest.approx(0.0)
+
+
 def test_without_baseline_there_is_no_speedup(records: list[Record]) -> None:
     for r in records:
         r.baseline = None

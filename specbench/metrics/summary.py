@@ -100,6 +100,14 @@ def _rounds(records: list[Record], unit: str | None) -> dict[str, Any]:
     return out
 
 
+def tie_flip_rate(records: list[Record]) -> float | None:
+    """The share of samples that diverge at a measured tie; None when a divergence was not
+    measured (a method with no top-2 logits to read, such as a diffusion LLM's decoder)."""
+    if any(r.first_divergence is not None and r.tie_flip is None for r in records):
+        return None
+    return mean(bool(r.tie_flip) for r in records)
+
+
 def summarize(
     records: list[Record], greedy: bool, round_unit: str | None = None, by_category: bool = True
 ) -> dict[str, Any]:
@@ -149,7 +157,7 @@ def summarize(
             baseline_positions_per_call=base["positions_per_call"],
             nfe_reduction=base["nfe_reduction"],
             lossless_rate=base["identical_rate"],
-            tie_flip_rate=mean(bool(r.tie_flip) for r in records) if greedy else None,
+            tie_flip_rate=tie_flip_rate(records) if greedy else None,
         )
     names = sorted({k for r in records for k in r.references})
     summary["vs"] = {
