@@ -460,6 +460,8 @@ def test_runs_end_to_end_on_diffusion_targets(tmp_path, target, method, extra) -
         ),
         (["target=tiny-dlm", "method=psd", "run.temperature=0.7"], "run.temperature"),
         (["target=tiny-dlm", "method=psd", "method.depth=-1"], "method.depth"),
+        (["target=tiny-dlm", "method=dllm", "method.reference=mine"], "method.reference"),
+        (["target=random-dream", "method=dllm", "method.reference=llada"], "method.reference"),
         (["target=tiny", "method=psd"], "target.kind"),
         (["target=tiny-dlm", "method=sps"], "target.kind"),
     ],

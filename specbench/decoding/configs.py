@@ -87,6 +87,10 @@ class SpatialConfig:
     window: int = 2  # localleap
     prefix_cache: bool = False  # Fast-dLLM's prefix cache (approximate)
     dual_cache: bool = False  # Fast-dLLM's DualCache: the suffix's keys and values kept too
+    # whose code scores and ranks (policies.py): auto = LLaDA's `generate` for quota without a
+    # cache, Fast-dLLM's otherwise, Dream's on Dream; fast_dllm = Fast-dLLM's (float64) for
+    # quota without a cache too, whose bf16 ties fall otherwise than in LLaDA's bf16 ranking
+    reference: str = "auto"
 
 
 @dataclass

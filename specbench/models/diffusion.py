@@ -73,10 +73,13 @@ class MaskedDiffusionLM:
         self.positions = 0
         self.reset()
 
-    def reference(self, policy: str) -> str:
+    def reference(self, policy: str, cached: bool = False, asked: str = "auto") -> str:
         """Whose decoding code `policy`'s confidences follow on this model (policies.py):
-        LLaDA's `generate` for the quota policy, Fast-dLLM's for the others."""
-        return "llada" if policy == "quota" else "fast_dllm"
+        `asked` unless auto; else LLaDA's `generate` for the quota policy without a cache,
+        Fast-dLLM's for the others (its cached decoders rank in float64 on a fixed schedule)."""
+        if asked != "auto":
+            return asked
+        return "llada" if policy == "quota" and not cached else "fast_dllm"
 
     @property
     def approximate_cache(self) -> bool:
@@ -374,7 +377,7 @@ class LLaDADiffusionLM(NativeDiffusionLM):
 class DreamDiffusionLM(NativeDiffusionLM):
     shift = 1
 
-    def reference(self, policy: str) -> str:
+    def reference(self, policy: str, cached: bool = False, asked: str = "auto") -> str:
         return "dream"  # Dream's and Fast-dLLM's Dream code both score with `sample_tokens`
 
 

@@ -186,9 +186,10 @@ def write_checkpoint(up: types.SimpleNamespace) -> None:
     (OUT / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG, indent=2) + "\n")
 
 
-def load_upstream(up: types.SimpleNamespace) -> torch.nn.Module:
-    """The upstream class loading the written files in float32 (bf16 -> f32 is exact)."""
-    model = up.DreamModel.from_pretrained(OUT, torch_dtype=torch.float32).eval()
+def load_upstream(up: types.SimpleNamespace, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """The upstream class loading the written files in `dtype` (bf16 -> f32 is exact; bf16 is
+    the dtype the hub's checkpoints ship in and load in)."""
+    model = up.DreamModel.from_pretrained(OUT, torch_dtype=dtype).eval()
     names = {n for n, _ in model.named_parameters()}
     from safetensors import safe_open  # noqa: PLC0415
 
@@ -362,14 +363,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("fast_dllm", type=Path, help="checkout of NVlabs/Fast-dLLM (has dream/)")
     parser.add_argument("--commit", help="the checkout's commit, when it is no git work tree")
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="float32 writes the checkpoint and goldens.json; bfloat16 loads that checkpoint in "
+        "bf16 and writes goldens_bfloat16.json (the cases only)",
+    )
     opts = parser.parse_args()
     torch.set_num_threads(2)
     up = import_upstream(opts.fast_dllm)
-    write_checkpoint(up)
-    model = load_upstream(up)
+    if opts.dtype == "float32":
+        write_checkpoint(up)
+    model = load_upstream(up, getattr(torch, opts.dtype))
     cases = []
     for index, prompt in enumerate(prompts()):
         cases += cases_for(model, up, index, prompt)
+    if opts.dtype == "bfloat16":
+        upstream = {
+            "repo": "NVlabs/Fast-dLLM",
+            "commit": upstream_commit(opts.fast_dllm, opts.commit),
+        }
+        goldens = {"upstream": [{**upstream, "files": UPSTREAM_FILES}], "dtype": "bfloat16"}
+        (OUT / "goldens_bfloat16.json").write_text(json.dumps({**goldens, "cases": cases}) + "\n")
+        return
     goldens = {
         "upstream": [
             {

@@ -284,10 +284,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("fast_dllm", type=Path, help="checkout of NVlabs/Fast-dLLM")
     parser.add_argument("llada", type=Path, help="checkout of ML-GSAI/LLaDA")
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="float32 writes the checkpoint and goldens.json; bfloat16 runs the same weights "
+        "cast to bf16 (as the checkpoint loads) and writes goldens_bfloat16.json (the cases)",
+    )
     paths = parser.parse_args()
     torch.manual_seed(SEED)
     model = build_model(paths.fast_dllm)
-    save_checkpoint(model)
+    if paths.dtype == "float32":
+        save_checkpoint(model)
     modules = {
         "fast": load_module("fastdllm_generate", paths.fast_dllm / "llada" / "generate.py"),
         "llada": load_module("llada_generate", paths.llada / "generate.py"),
@@ -305,12 +313,17 @@ def main() -> None:
             },
             {"repo": LLADA[0], "commit": LLADA[1], "files": ["generate.py"]},
         ],
-        "logits": logits_golden(model),
     }
+    if paths.dtype == "bfloat16":
+        model = model.to(torch.bfloat16)
+        golden["dtype"] = "bfloat16"
+    else:
+        golden["logits"] = logits_golden(model)
     counter = ForwardCounter(model)
     golden["cases"] = run_cases(model, modules, counter)
     summarise(golden["cases"])
-    (OUT / "goldens.json").write_text(json.dumps(golden) + "\n")
+    name = "goldens.json" if paths.dtype == "float32" else f"goldens_{paths.dtype}.json"
+    (OUT / name).write_text(json.dumps(golden) + "\n")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,8 @@ def check_spatial(cfg: SpatialConfig) -> None:
         )
     if cfg.schedule not in ("llada", "dream"):
         raise ConfigError("method.schedule", cfg.schedule, "allowed: llada, dream")
+    if cfg.reference not in ("auto", "llada", "fast_dllm"):
+        raise ConfigError("method.reference", cfg.reference, "allowed: auto, llada, fast_dllm")
     for key in ("threshold", "relaxed_threshold"):
         if not 0 <= getattr(cfg, key) <= 1:
             raise ConfigError(f"method.{key}", getattr(cfg, key), "must be in [0, 1]")
@@ -96,6 +98,12 @@ def check_cache(cfg: SpatialConfig, target: ModelConfig) -> None:
             "keeps the prefix cache too; set method.prefix_cache=true",
         )
     wrapper = ADAPTERS[target.adapter][0]
+    if cfg.reference != "auto" and target.adapter == "dream":
+        raise ConfigError(
+            "method.reference",
+            cfg.reference,
+            "Dream's and Fast-dLLM's Dream code score alike (Dream's `sample_tokens`); allowed: auto",
+        )
     if cfg.prefix_cache and not wrapper.supports_prefix_cache:
         raise ConfigError(
             "method.prefix_cache",
@@ -137,19 +145,31 @@ def greedy_confidence(
     return tokens, (probs * (probs + 1e-10).log()).sum(-1)
 
 
+# (columns before, columns after) the block in the row a reference ranks over, all -inf
+Frame = tuple[int, int]
+BLOCK: Frame = (0, 0)
+
+
 class Policy(Protocol):
     # forwards per block when fixed (quota); None: until the block has no mask
     steps: int | None
 
-    def select(self, conf: torch.Tensor, masked: torch.Tensor, step: int) -> torch.Tensor:
-        """Boolean [n]: the masked positions to commit at `step` (0-based within the block)."""
+    def select(
+        self, conf: torch.Tensor, masked: torch.Tensor, step: int, frame: Frame = BLOCK
+    ) -> torch.Tensor:
+        """Boolean [n]: the masked positions to commit at `step` (0-based within the block),
+        ranked as the reference ranks: over the block inside `frame`."""
         ...
 
 
-def _top(conf: torch.Tensor, masked: torch.Tensor, n: int) -> torch.Tensor:
-    """The `n` most confident masked positions (none when n is 0)."""
+def _top(conf: torch.Tensor, masked: torch.Tensor, n: int, frame: Frame = BLOCK) -> torch.Tensor:
+    """The `n` most confident masked positions (none when n is 0), chosen by `topk` over the
+    row the reference ranks: the block's confidences, -inf where committed, inside `frame`'s
+    -inf columns (Dream and LLaDA rank a row as long as the canvas). The -inf columns are never
+    chosen, but equal confidences, common in bf16, fall by the row's layout."""
     n = min(n, int(masked.sum()))
-    chosen = conf.masked_fill(~masked, float("-inf")).topk(n).indices
+    row = torch.nn.functional.pad(conf.masked_fill(~masked, float("-inf")), frame, value=-torch.inf)
+    chosen = row.topk(n).indices - frame[0]
     return torch.zeros_like(masked).index_fill_(0, chosen, True)
 
 
@@ -179,8 +199,10 @@ class Quota:
         t, s = self.grid[step], self.grid[step + 1]
         return int(torch.tensor(n_masked, dtype=torch.float32) * (1 - s / t))
 
-    def select(self, conf: torch.Tensor, masked: torch.Tensor, step: int) -> torch.Tensor:
-        return _top(conf, masked, self.count(len(conf), int(masked.sum()), step))
+    def select(
+        self, conf: torch.Tensor, masked: torch.Tensor, step: int, frame: Frame = BLOCK
+    ) -> torch.Tensor:
+        return _top(conf, masked, self.count(len(conf), int(masked.sum()), step), frame)
 
 
 @dataclass
@@ -188,8 +210,10 @@ class Threshold:
     threshold: float
     steps = None
 
-    def select(self, conf: torch.Tensor, masked: torch.Tensor, step: int) -> torch.Tensor:
-        return (masked & (conf >= self.threshold)) | _top(conf, masked, 1)
+    def select(
+        self, conf: torch.Tensor, masked: torch.Tensor, step: int, frame: Frame = BLOCK
+    ) -> torch.Tensor:
+        return (masked & (conf >= self.threshold)) | _top(conf, masked, 1, frame)
 
 
 @dataclass
@@ -197,11 +221,13 @@ class Dynamic:
     factor: float
     steps = None
 
-    def select(self, conf: torch.Tensor, masked: torch.Tensor, step: int) -> torch.Tensor:
+    def select(
+        self, conf: torch.Tensor, masked: torch.Tensor, step: int, frame: Frame = BLOCK
+    ) -> torch.Tensor:
         ranked = conf[masked].sort(descending=True).values
         ranks = torch.arange(1, len(ranked) + 1, device=conf.device, dtype=ranked.dtype)
         ok = (ranked >= 1 - self.factor / (ranks + 1)).long().cumprod(0)
-        return _top(conf, masked, max(1, int(ok.sum())))
+        return _top(conf, masked, max(1, int(ok.sum())), frame)
 
 
 @dataclass
@@ -211,10 +237,12 @@ class LocalLeap:
     window: int
     steps = None
 
-    def select(self, conf: torch.Tensor, masked: torch.Tensor, step: int) -> torch.Tensor:
+    def select(
+        self, conf: torch.Tensor, masked: torch.Tensor, step: int, frame: Frame = BLOCK
+    ) -> torch.Tensor:
         anchors = masked & (conf >= self.threshold)
         if not anchors.any():
-            return _top(conf, masked, 1)
+            return _top(conf, masked, 1, frame)
         where = anchors.nonzero()[:, 0]
         index = torch.arange(len(conf), device=conf.device)
         near = ((index[:, None] - where[None, :]).abs() <= self.window).any(1)
@@ -229,7 +257,9 @@ class Origin:
     def __post_init__(self) -> None:
         self.grid = dream_grid(self.steps)
 
-    def select(self, conf: torch.Tensor, masked: torch.Tensor, step: int) -> torch.Tensor:
+    def select(
+        self, conf: torch.Tensor, masked: torch.Tensor, step: int, frame: Frame = BLOCK
+    ) -> torch.Tensor:
         draws = torch.rand(int(masked.sum()), generator=self.generator).to(masked.device)
         if step < self.steps - 1:
             revealed = draws < 1 - self.grid[step + 1] / self.grid[step]

@@ -236,7 +236,8 @@ def calibrate(target: MaskedDiffusionLM, cfg: SpiffyConfig, prompts: list[list[i
     steps: list[tuple[torch.Tensor, tuple, int]] = []  # (block after the step, rankings, start)
 
     def observe(state: torch.Tensor, logits: torch.Tensor, block: int) -> None:
-        _, conf = greedy_confidence(logits, cfg.confidence, target.reference(cfg.policy))
+        reference = target.reference(cfg.policy, cfg.prefix_cache, cfg.reference)
+        _, conf = greedy_confidence(logits, cfg.confidence, reference)
         log_probs = real_log_probs(logits, target.mask_id)
         steps.append((state, rankings(log_probs, state == target.mask_id, conf), block))
 

@@ -20,6 +20,8 @@ import torch
 from specbench.config import ModelConfig
 from specbench.decoding.configs import DLLMConfig
 from specbench.decoding.dllm.policies import (
+    BLOCK,
+    Frame,
     Policy,
     SpatialConfig,
     check_cache,
@@ -85,6 +87,7 @@ class BlockDecoder:
         # called after every step with (the block after it, the logits it used, block start);
         # Spiffy's calibration records the decoding through it
         self.observe: Callable[[torch.Tensor, torch.Tensor, int], None] | None = None
+        self.span = (0, 0, 0)  # the current block's [lo, hi) and the canvas length
 
     @property
     def approximate_cache(self) -> bool:
@@ -99,7 +102,9 @@ class BlockDecoder:
         never becomes masked again, so only `state`'s masked rows are scored (a softmax over
         the vocabulary each); a committed position keeps its token, at confidence -inf."""
         masked = (state == self.target.mask_id).nonzero()[:, 0]
-        reference = self.target.reference(self.cfg.policy)
+        reference = self.target.reference(
+            self.cfg.policy, self.cfg.prefix_cache, self.cfg.reference
+        )
         tokens, conf = greedy_confidence(logits[masked], self.cfg.confidence, reference)
         unranked = torch.full(state.shape, -torch.inf, dtype=conf.dtype, device=conf.device)
         return state.index_put((masked,), tokens), unranked.index_put_((masked,), conf)
@@ -109,8 +114,18 @@ class BlockDecoder:
     ) -> torch.Tensor:
         """The block after the policy's step `step` on `scores`: the vanilla decoder's move."""
         tokens, conf = scores
-        commit = policy.select(conf, state == self.target.mask_id, step)
+        commit = policy.select(conf, state == self.target.mask_id, step, self.rank_frame(step))
         return torch.where(commit, tokens, state)
+
+    def rank_frame(self, step: int) -> Frame:
+        """The -inf columns around the current block in the row its reference ranks at `step`:
+        Dream's `diffusion_generate` and LLaDA's `generate` rank the whole canvas; Fast-dLLM's
+        cached decoders (LLaDA's and Dream's) the whole canvas at a block's first step, then the
+        block and everything after it (prefix cache) or the block alone (dual cache)."""
+        lo, hi, length = self.span
+        if not self.cfg.prefix_cache or step == 0:
+            return (lo, length - hi)
+        return BLOCK if self.cfg.dual_cache else (0, length - hi)
 
     def verify_call(self, canvas: torch.Tensor, lo: int, hi: int, rows: int) -> torch.Tensor:
         """One forward as this decoder's verification makes it, over `rows` states of the
@@ -146,6 +161,7 @@ class BlockDecoder:
         scan = StopScan(stop, start, target.mask_id)
         for lo in range(start, start + max_new_tokens, self.cfg.block_length):
             hi = min(lo + self.cfg.block_length, start + max_new_tokens)
+            self.span = (lo, hi, canvas.shape[1])  # where `rank_frame` places the block
             self.decode_block(canvas, lo, hi, policy, trace, scan)
             clock.first_token()
             if scan.end is not None:
@@ -190,6 +206,7 @@ def vanilla(cfg: SpatialConfig, target: MaskedDiffusionLM) -> BlockDecoder:
         confidence=cfg.confidence,
         prefix_cache=cfg.prefix_cache,
         dual_cache=cfg.dual_cache,
+        reference=cfg.reference,
     )
     return BlockDecoder(target, one)
 
