@@ -290,42 +290,52 @@ def test_llada_adapter_reads_its_own_row_as_the_model_computed_it() -> None:
     assert torch.equal(got, llada.model(canvas).logits[:, 4:8])  # the mask token included
 
 
-def test_llada_prefix_cache_is_fast_dllms_stale_prefix() -> None:
-    llada = load("random-llada", "llada")
-    llada.prefix_cache = True
-    llada.reset()
-    canvas = torch.tensor([[5, 6, 7, 8] + [llada.mask_id] * 8])
-    first = llada.canvas_logits(canvas, 4, 8)  # a block's first forward reads the whole canvas
-    assert torch.equal(first, llada.model(canvas).logits[:, 4:8])
-    stale = llada.model(canvas, use_cache=True).past_key_values
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_prefix_cache_is_fast_dllms_stale_prefix(family) -> None:
+    """Against an oracle recomputed from the model itself: the keys and values of the whole
+    canvas at the block's first forward, cut before the window (the block's rows from
+    `lo - shift`: Dream reads a position from the row before it), under the changed window."""
+    dlm = load(f"random-{family}", family)
+    shift = dlm.shift
+    dlm.prefix_cache = True
+    dlm.reset()
+    canvas = torch.tensor([[5, 6, 7, 8] + [dlm.mask_id] * 8])
+    first = dlm.canvas_logits(canvas, 4, 8)  # a block's first forward reads the whole canvas
+    assert torch.equal(first, dlm.model(canvas).logits[:, 4 - shift : 8 - shift])
+    stale = dlm.model(canvas, use_cache=True).past_key_values
     later = canvas.clone().repeat(2, 1)
     later[0, 4], later[1, 5] = 9, 10  # the block changes under the cached prefix
-    got = llada.canvas_logits(later, 4, 8)
-    past = [
-        (k[:, :, :4].expand(2, -1, -1, -1), v[:, :, :4].expand(2, -1, -1, -1)) for k, v in stale
-    ]
-    want = llada.model(later[:, 4:], past_key_values=past).logits[:, :4]
-    assert torch.allclose(got, want, atol=1e-5)
-    assert not torch.allclose(got, llada.model(later).logits[:, 4:8], atol=1e-5)  # approximate
-    assert llada.approximate_cache and llada.positions == 12 + 2 * 8
+    got = dlm.canvas_logits(later, 4, 8)
+    start = 4 - shift
+    past = [tuple(t[:, :, :start].expand(2, -1, -1, -1) for t in layer) for layer in stale]
+    positions = torch.arange(start, 12)[None].expand(2, -1)
+    want = dlm.model(later[:, start:], position_ids=positions, past_key_values=past)
+    assert torch.allclose(got, want.logits[:, :4], atol=1e-5)
+    fresh = dlm.model(later).logits[:, start : 8 - shift]
+    assert not torch.allclose(got, fresh, atol=1e-5)  # approximate
+    assert dlm.approximate_cache and dlm.positions == 12 + 2 * (12 - start)
 
 
-def test_dual_cache_feeds_the_block_over_the_stale_prefix_and_suffix() -> None:
-    llada = load("random-llada", "llada")
-    llada.prefix_cache, llada.dual_cache = True, True
-    llada.reset()
-    canvas = torch.tensor([[5, 6, 7, 8] + [llada.mask_id] * 8])
-    llada.canvas_logits(canvas, 4, 8)
-    stale = llada.model(canvas, use_cache=True).past_key_values
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_dual_cache_feeds_the_block_over_the_stale_prefix_and_suffix(family) -> None:
+    dlm = load(f"random-{family}", family)
+    shift = dlm.shift
+    dlm.prefix_cache, dlm.dual_cache = True, True
+    dlm.reset()
+    canvas = torch.tensor([[5, 6, 7, 8] + [dlm.mask_id] * 8])
+    dlm.canvas_logits(canvas, 4, 8)
+    stale = dlm.model(canvas, use_cache=True).past_key_values
     later = canvas.clone()
     later[0, 5] = 9
-    got = llada.canvas_logits(later, 4, 8)
+    got = dlm.canvas_logits(later, 4, 8)
     # the block's fresh keys sit between the prefix's and the suffix's, as in Fast-dLLM's
     # in-place replacement; only the order of the keys differs
-    past = [tuple(torch.cat([t[:, :, :4], t[:, :, 8:]], 2) for t in layer) for layer in stale]
-    want = llada.model(later[:, 4:8], position_ids=torch.arange(4, 8)[None], past_key_values=past)
-    assert torch.allclose(got, want.logits, atol=1e-5)
-    assert llada.positions == 12 + 4
+    start = 4 - shift
+    past = [tuple(torch.cat([t[:, :, :start], t[:, :, 8:]], 2) for t in layer) for layer in stale]
+    positions = torch.arange(start, 8)[None]
+    want = dlm.model(later[:, start:8], position_ids=positions, past_key_values=past)
+    assert torch.allclose(got, want.logits[:, :4], atol=1e-5)
+    assert dlm.positions == 12 + (8 - start)
 
 
 def test_dream_adapter_reads_the_row_before_with_the_config_mask() -> None:
