@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
+from transformers import LlamaConfig, LlamaForCausalLM, PretrainedConfig, PreTrainedModel
 
 from specbench import paths
 from specbench.models.tiny.dlm import TinyDLM, TinyDLMConfig
@@ -216,6 +216,23 @@ def grown_layer(source_layer: int, growth: Growth) -> int:
     return source_layer * growth.depth + growth.depth - 1
 
 
+def grown_config(config: PretrainedConfig, growth: Growth) -> dict:
+    """The source's config with the grown shape (every other key kept)."""
+    return {
+        **config.to_dict(),
+        "hidden_size": config.hidden_size * growth.width,
+        "intermediate_size": config.intermediate_size * growth.mlp,
+        "num_attention_heads": config.num_attention_heads * growth.heads,
+        "num_hidden_layers": config.num_hidden_layers * growth.depth,
+    }
+
+
+def _tied_ends(res: Residual, state: dict[str, Tensor], embed: str, norm: str) -> dict:
+    """The grown embeddings, the head tied to them, and the final norm that feeds the head."""
+    grown = res.embed(state[embed])
+    return {embed: grown, norm: res.norm(state[norm], head=True), "lm_head.weight": grown}
+
+
 # Llama (tiny, tiny-ar): transformers' parameter names
 
 LLAMA = {
@@ -256,17 +273,8 @@ def grow_llama(model: LlamaForCausalLM, growth: Growth) -> LlamaForCausalLM:
         )
     d, state = c.hidden_size, model.state_dict()
     res = Residual.draw(d, growth.width, growth.seed)
-    config = LlamaConfig(
-        **{
-            **c.to_dict(),
-            "hidden_size": d * growth.width,
-            "intermediate_size": c.intermediate_size * growth.mlp,
-            "num_attention_heads": c.num_attention_heads * growth.heads,
-            "num_key_value_heads": c.num_key_value_heads * growth.heads,
-            "num_hidden_layers": c.num_hidden_layers * growth.depth,
-            "head_dim": c.head_dim,
-        }
-    )
+    heads = {"num_key_value_heads": c.num_key_value_heads * growth.heads, "head_dim": c.head_dim}
+    config = LlamaConfig(**{**grown_config(c, growth), **heads})
     blocks = grow_blocks(
         _blocks(state, "model.layers.", c.num_hidden_layers, LLAMA), res, growth, c.head_dim
     )
@@ -274,16 +282,9 @@ def grow_llama(model: LlamaForCausalLM, growth: Growth) -> LlamaForCausalLM:
         raise ValueError(
             "growth keeps an LM head tied to the embeddings: untied heads are not grown"
         )
-    embed = res.embed(state["model.embed_tokens.weight"])
     grown = LlamaForCausalLM(config).to(model.dtype).eval()
-    grown.load_state_dict(
-        {
-            **_block_state(blocks, "model.layers.", LLAMA),
-            "model.embed_tokens.weight": embed,
-            "model.norm.weight": res.norm(state["model.norm.weight"], head=True),
-            "lm_head.weight": embed,
-        }
-    )
+    ends = _tied_ends(res, state, "model.embed_tokens.weight", "model.norm.weight")
+    grown.load_state_dict({**_block_state(blocks, "model.layers.", LLAMA), **ends})
     grown.generation_config = model.generation_config
     return grown
 
@@ -306,15 +307,7 @@ def grow_dlm(model: TinyDLM, growth: Growth) -> TinyDLM:
     c, state = model.config, model.state_dict()
     d, head_dim = c.hidden_size, c.hidden_size // c.num_attention_heads
     res = Residual.draw(d, growth.width, growth.seed)
-    config = TinyDLMConfig(
-        **{
-            **c.to_dict(),
-            "hidden_size": d * growth.width,
-            "intermediate_size": c.intermediate_size * growth.mlp,
-            "num_attention_heads": c.num_attention_heads * growth.heads,
-            "num_hidden_layers": c.num_hidden_layers * growth.depth,
-        }
-    )
+    config = TinyDLMConfig(**grown_config(c, growth))
     if config.hidden_size // config.num_attention_heads != head_dim:
         raise ValueError("TinyDLM's head width is hidden_size / heads: grow both alike")
     sources = []
@@ -326,16 +319,8 @@ def grow_dlm(model: TinyDLM, growth: Growth) -> TinyDLM:
     grown_state = _block_state(blocks, "layers.", DLM)
     for i, block in enumerate(blocks):
         grown_state[f"layers.{i}.qkv.weight"] = torch.cat([block.q, block.k, block.v])
-    embed = res.embed(state["embed.weight"])
     grown = TinyDLM(config).to(model.dtype).eval()
-    grown.load_state_dict(
-        {
-            **grown_state,
-            "embed.weight": embed,
-            "norm.weight": res.norm(state["norm.weight"], head=True),
-            "lm_head.weight": embed,
-        }
-    )
+    grown.load_state_dict({**grown_state, **_tied_ends(res, state, "embed.weight", "norm.weight")})
     return grown
 
 
