@@ -6,6 +6,7 @@ only once the config has composed: it imports torch and transformers."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -57,7 +58,33 @@ def _check_run(run: Any) -> None:
             run.max_new_tokens is None or run.max_new_tokens >= 1,
             "must be null (the task's default) or an integer >= 1",
         ),
-        ("run.temperature", run.temperature, run.temperature >= 0, "must be >= 0 (0 = greedy)"),
+        (
+            "run.temperature",
+            run.temperature,
+            0 <= run.temperature < math.inf,
+            "must be a finite number >= 0 (0 = greedy)",
+        ),
+        (
+            "run.threads",
+            run.threads,
+            run.threads is None or run.threads >= 1,
+            "must be null (torch's default) or an integer >= 1",
+        ),
+        (
+            "run.results_dir",
+            run.results_dir,
+            bool(str(run.results_dir).strip()),
+            "must be a directory path (default results/runs)",
+        ),
+        *(
+            (
+                key,
+                value,
+                value is None or _inside(value),
+                "must be a plain name: no '/', no '..', not empty",
+            )
+            for key, value in (("run.name", run.name), ("run.experiment", run.experiment))
+        ),
         ("run.top_p", run.top_p, 0 < run.top_p <= 1, "must be in (0, 1]"),
         ("run.top_k", run.top_k, run.top_k >= 0, "must be >= 0 (0 = off)"),
         ("run.warmup", run.warmup, run.warmup >= 0, "must be >= 0"),
@@ -92,6 +119,18 @@ def _check_run(run: Any) -> None:
         ) from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("run.device", run.device, "no CUDA device here; use auto or cpu")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(
+            "run.device",
+            run.device,
+            "must be a device this machine has (no MPS here); use auto or cpu",
+        )
+
+
+def _inside(name: str) -> bool:
+    """A run or experiment name is one directory level inside the results directory."""
+    name = str(name)
+    return bool(name.strip()) and "/" not in name and "\\" not in name and name not in (".", "..")
 
 
 def _check_model(cfg: Any, key: str) -> None:

@@ -63,6 +63,13 @@ def test_unknown_choice_inside_a_sweep() -> None:
         ("run.max_new_tokens=0", "run.max_new_tokens", "0"),
         ("run.temperature=-0.5", "run.temperature", "-0.5"),
         ("run.top_p=1.5", "run.top_p", "1.5"),
+        ("run.temperature=inf", "run.temperature", "inf"),
+        ("run.threads=0", "run.threads", "0"),
+        ("run.threads=-2", "run.threads", "-2"),
+        ("run.name=../../x", "run.name", "../../x"),
+        ("run.experiment=../../x", "run.experiment", "../../x"),
+        ("run.results_dir=", "run.results_dir", "''"),
+        ("run.device=mps", "run.device", "mps"),
     ],
 )
 def test_knob_out_of_range(override: str, key: str, value: str, tmp_path: Path) -> None:
