@@ -8,7 +8,9 @@ far the run got and how to resume it.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sys
 from dataclasses import fields, is_dataclass
 from pathlib import Path
@@ -102,6 +104,15 @@ class ResultsDirCheck(Callback):
             fail(explain(err), err)
 
 
+def forget_output_dir() -> None:
+    """A refused run leaves nothing behind: Hydra's output directory (its config copy and log)
+    goes, and `_hydra` with it when that leaves it empty."""
+    out = Path(HydraConfig.get().runtime.output_dir)
+    shutil.rmtree(out, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        out.parent.rmdir()
+
+
 def interrupted(plan: Any) -> int:
     """Report a Ctrl-C in one line: the samples recorded and how to resume."""
     if plan is None:
@@ -120,13 +131,15 @@ def interrupted(plan: Any) -> int:
 def main(cfg: DictConfig) -> dict[str, Any] | None:
     """One cell. In a multirun a failing cell (a bad pairing, out of memory, ...) is recorded in
     its job's outcome and the sweep goes on; alone it fails the command."""
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         refuse_stray_keys(cfg)
     except ConfigError as err:
+        if not multirun:
+            forget_output_dir()
         fail(explain(err), err)
     from specbench import pipeline  # torch and transformers: only once the config composes
 
-    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     plan = None
     try:
         plan = pipeline.prepare(cfg)
@@ -136,6 +149,8 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
     except Exception as err:
         known = explain(err)
         if not multirun:
+            if plan is None and known is not None:
+                forget_output_dir()  # refused before the run directory opened
             fail(known, err)
         say(f"error: {known[0] if known else f'{type(err).__name__}: {err}'}")
         write_outcome("failed", plan.run_id if plan else None, err)

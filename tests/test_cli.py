@@ -263,6 +263,15 @@ def test_a_config_error_is_one_line_before_torch_is_imported(
     assert err.strip().splitlines() == [f"specbench: error: {line}"]
 
 
+def test_a_refused_run_writes_nothing(tmp_path: Path) -> None:
+    """Refused after composing (a knob out of range, checked once torch is imported): no run
+    directory and no `_hydra` output directory are left in the results directory."""
+    results = tmp_path / "results"
+    code, _, err = finish(specbench(["run.threads=0", f"run.results_dir={results}"], tmp_path))
+    assert code == 2 and err.strip().splitlines()[-1].startswith("specbench: error: run.threads=0")
+    assert list(results.rglob("*")) == []
+
+
 def test_an_unknown_method_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     code, out, err = finish(specbench(["method=nope"], tmp_path), timeout=120)
     methods = sorted(p.stem for p in (paths.CONF_DIR / "method").glob("*.yaml"))
