@@ -28,8 +28,8 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from specbench import paths
+from specbench.config import ENGINES
 from specbench.metrics.speed import synchronize
-from specbench.models.compiled import ENGINES
 from specbench.pipeline import load_models, prepare
 from specbench.registry import discover
 

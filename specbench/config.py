@@ -6,6 +6,7 @@ target/drafter, logging and run schemas and the top-level `Config` that ties the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
@@ -104,6 +105,81 @@ def _register() -> None:
 
 
 _register()
+
+ENGINES = ("eager", "compiled")
+# the dtypes a model may run in (loading.DTYPES maps them to torch's)
+DTYPE_NAMES = ("float32", "bfloat16", "float16", "float64")
+
+
+def check_run(run: RunConfig) -> None:
+    """The run's knobs that need no torch, checked as soon as the config composes (the device's
+    existence is checked once torch is imported)."""
+    checks = [
+        (
+            "run.max_new_tokens",
+            run.max_new_tokens,
+            run.max_new_tokens is None or run.max_new_tokens >= 1,
+            "must be null (the task's default) or an integer >= 1",
+        ),
+        (
+            "run.temperature",
+            run.temperature,
+            0 <= run.temperature < math.inf,
+            "must be a finite number >= 0 (0 = greedy)",
+        ),
+        (
+            "run.threads",
+            run.threads,
+            run.threads is None or run.threads >= 1,
+            "must be null (torch's default) or an integer >= 1",
+        ),
+        (
+            "run.results_dir",
+            run.results_dir,
+            bool(str(run.results_dir).strip()),
+            "must be a directory path (default results/runs)",
+        ),
+        *(
+            (
+                key,
+                value,
+                value is None or _inside(value),
+                "must be a plain name: no '/', no '..', not empty",
+            )
+            for key, value in (("run.name", run.name), ("run.experiment", run.experiment))
+        ),
+        ("run.top_p", run.top_p, 0 < run.top_p <= 1, "must be in (0, 1]"),
+        ("run.top_k", run.top_k, run.top_k >= 0, "must be >= 0 (0 = off)"),
+        ("run.warmup", run.warmup, run.warmup >= 0, "must be >= 0"),
+        (
+            "run.fit_context",
+            run.fit_context,
+            run.fit_context in ("error", "truncate_left"),
+            "allowed: error, truncate_left",
+        ),
+        ("run.limit", run.limit, run.limit is None or run.limit >= 1, "must be null (all) or >= 1"),
+        (
+            "run.dtype",
+            run.dtype,
+            run.dtype == "auto" or run.dtype in DTYPE_NAMES,
+            f"allowed: auto, {', '.join(DTYPE_NAMES)}",
+        ),
+        (
+            "run.engine",
+            run.engine,
+            run.engine in ENGINES,
+            f"allowed: {', '.join(ENGINES)}",
+        ),
+    ]
+    for key, value, ok, allowed in checks:
+        if not ok:
+            raise ConfigError(key, value, allowed)
+
+
+def _inside(name: str) -> bool:
+    """A run or experiment name is one directory level inside the results directory."""
+    name = str(name)
+    return bool(name.strip()) and "/" not in name and "\\" not in name and name not in (".", "..")
 
 
 def refuse_stray_keys(node: DictConfig, prefix: str = "") -> None:

@@ -6,7 +6,6 @@ only once the config has composed: it imports torch and transformers."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -14,7 +13,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from specbench import paths
-from specbench.config import Config, ModelConfig, RunConfig
+from specbench.config import DTYPE_NAMES, Config, ModelConfig, RunConfig, check_run
 from specbench.decoding.generation import Stop
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
@@ -50,67 +49,8 @@ class Plan:
     store: RunStore
 
 
-def _check_run(run: Any) -> None:
-    checks = [
-        (
-            "run.max_new_tokens",
-            run.max_new_tokens,
-            run.max_new_tokens is None or run.max_new_tokens >= 1,
-            "must be null (the task's default) or an integer >= 1",
-        ),
-        (
-            "run.temperature",
-            run.temperature,
-            0 <= run.temperature < math.inf,
-            "must be a finite number >= 0 (0 = greedy)",
-        ),
-        (
-            "run.threads",
-            run.threads,
-            run.threads is None or run.threads >= 1,
-            "must be null (torch's default) or an integer >= 1",
-        ),
-        (
-            "run.results_dir",
-            run.results_dir,
-            bool(str(run.results_dir).strip()),
-            "must be a directory path (default results/runs)",
-        ),
-        *(
-            (
-                key,
-                value,
-                value is None or _inside(value),
-                "must be a plain name: no '/', no '..', not empty",
-            )
-            for key, value in (("run.name", run.name), ("run.experiment", run.experiment))
-        ),
-        ("run.top_p", run.top_p, 0 < run.top_p <= 1, "must be in (0, 1]"),
-        ("run.top_k", run.top_k, run.top_k >= 0, "must be >= 0 (0 = off)"),
-        ("run.warmup", run.warmup, run.warmup >= 0, "must be >= 0"),
-        (
-            "run.fit_context",
-            run.fit_context,
-            run.fit_context in ("error", "truncate_left"),
-            "allowed: error, truncate_left",
-        ),
-        ("run.limit", run.limit, run.limit is None or run.limit >= 1, "must be null (all) or >= 1"),
-        (
-            "run.dtype",
-            run.dtype,
-            run.dtype == "auto" or run.dtype in loading.DTYPES,
-            f"allowed: auto, {', '.join(loading.DTYPES)}",
-        ),
-        (
-            "run.engine",
-            run.engine,
-            run.engine in compiled.ENGINES,
-            f"allowed: {', '.join(compiled.ENGINES)}",
-        ),
-    ]
-    for key, value, ok, allowed in checks:
-        if not ok:
-            raise ConfigError(key, value, allowed)
+def _check_device(run: Any) -> None:
+    """The device exists here (the run's other knobs: `config.check_run`, before torch)."""
     try:
         device = loading.resolve_device(run.device)
     except RuntimeError:
@@ -125,12 +65,6 @@ def _check_run(run: Any) -> None:
             run.device,
             "must be a device this machine has (no MPS here); use auto or cpu",
         )
-
-
-def _inside(name: str) -> bool:
-    """A run or experiment name is one directory level inside the results directory."""
-    name = str(name)
-    return bool(name.strip()) and "/" not in name and "\\" not in name and name not in (".", "..")
 
 
 def _check_model(cfg: Any, key: str) -> None:
@@ -148,9 +82,9 @@ def _check_model(cfg: Any, key: str) -> None:
         )
     if cfg.kind == "diffusion" and cfg.adapter not in ADAPTERS:
         raise ConfigError(f"{key}.adapter", cfg.adapter, f"allowed: {', '.join(ADAPTERS)}")
-    if cfg.dtype is not None and cfg.dtype not in loading.DTYPES:
+    if cfg.dtype is not None and cfg.dtype not in DTYPE_NAMES:
         raise ConfigError(
-            f"{key}.dtype", cfg.dtype, f"allowed: null (run.dtype), {', '.join(loading.DTYPES)}"
+            f"{key}.dtype", cfg.dtype, f"allowed: null (run.dtype), {', '.join(DTYPE_NAMES)}"
         )
 
 
@@ -201,7 +135,8 @@ def _check_engine(config: Config, method: Method) -> None:
 
 def validate(config: Config) -> Method:
     """Every check that reads no file: the run's knobs, the method's, and the models' kinds."""
-    _check_run(config.run)
+    check_run(config.run)
+    _check_device(config.run)
     if config.method.name not in METHODS:
         raise ConfigError("method", config.method.name, f"allowed: {', '.join(METHODS)}")
     method = METHODS[config.method.name](config.method, warp_of(config.run))

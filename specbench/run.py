@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from specbench import paths
-from specbench.config import refuse_stray_keys
+from specbench.config import check_run, refuse_stray_keys
 from specbench.errors import ConfigError, user_line
 from specbench.interrupt import EXIT_CODE, on_ctrl_c
 from specbench.registry import discover_schemas
@@ -134,6 +134,7 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         refuse_stray_keys(cfg)
+        check_run(OmegaConf.to_object(cfg.run))  # the run's knobs, before torch is imported
     except ConfigError as err:
         if not multirun:
             forget_output_dir()

@@ -248,6 +248,11 @@ atexit.register(lambda: print(sorted(m for m in ("torch", "transformers") if m i
             "run.limit=many",
             "run.limit: Value 'many' of type 'str' could not be converted to Integer",
         ),
+        ("run.threads=0", "run.threads=0: must be null (torch's default) or an integer >= 1"),
+        (
+            "run.name=../../x",
+            "run.name='../../x': must be a plain name: no '/', no '..', not empty",
+        ),
         (  # `+` adds a key beside the schema's fields, which typing would drop silently
             "+run.temprature=0.7",
             "run.temprature=0.7: no such key in RunConfig; allowed: "

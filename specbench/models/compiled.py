@@ -36,7 +36,6 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, StaticCache
 from specbench import paths
 from specbench.models.causal import CausalLM, capture, captured
 
-ENGINES = ("eager", "compiled")
 HOT_TOKENS = 64  # the longest input the compiled graph takes; longer ones run eagerly
 CACHE_ROUNDING = 64  # static caches are sized in multiples of this many positions
 # graphs one compiled diffusion model may build (cache or none, one row or a batch, a mask or

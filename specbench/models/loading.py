@@ -25,7 +25,7 @@ from transformers import (
 )
 
 from specbench import paths
-from specbench.config import ModelConfig
+from specbench.config import DTYPE_NAMES, ModelConfig
 from specbench.errors import ConfigError
 from specbench.models.causal import CausalLM, eos_token_ids
 from specbench.models.diffusion import ADAPTERS, MaskedDiffusionLM
@@ -35,12 +35,8 @@ from specbench.registry import BUILTIN_MODELS, discover
 T = TypeVar("T")
 
 BUILTIN_PREFIX = "specbench:"
-DTYPES = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "float64": torch.float64,  # exactness tests: no float32 near-ties between forward shapes
-}
+# float64: exactness tests, where float32 near-ties between forward shapes would flip tokens
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 
 def resolve(cfg: ModelConfig, key: str) -> str:
