@@ -356,3 +356,49 @@ def test_specbench_tiny_rewrites_the_committed_checkpoints_only_when_asked(monke
     cli.main(["train"])
     cli.main(["train", "--overwrite-committed"])
     assert seen == [paths.cache_dir() / "tiny-world", paths.TINY_DIR]
+
+
+def report_refusal(argv: list[str], capsys) -> str:
+    from specbench.report import cli
+
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("specbench-report: error: ")
+    return err[0]
+
+
+@pytest.mark.parametrize("summary", ["{", '{"foreign": true}'])
+def test_specbench_report_names_a_run_it_cannot_read(summary, tmp_path, capsys) -> None:
+    """A cut-off summary.json, or a directory some other tool wrote."""
+    run = tmp_path / "results" / "x" / "run"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(summary)
+    (run / "config.yaml").write_text("method: {name: sps}\n")
+    argv = ["--results", str(tmp_path / "results"), "--out", str(tmp_path / "out"), "leaderboard"]
+    assert f"{run}: not a readable specbench run directory" in report_refusal(argv, capsys)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["pareto", "--task", "nope", "--quality", "nll"], "--task nope: no runs of that task"),
+        (
+            ["pareto", "--task", "tiny_code", "--quality", "nope"],
+            "--quality nope: task tiny_code has no such metric; allowed: exact_match, nll",
+        ),
+        (["figures", "--specs", "/nonexistent"], "--specs /nonexistent: no experiment specs"),
+    ],
+)
+def test_specbench_report_refuses_in_one_line(argv, says, tmp_path, capsys) -> None:
+    from specbench import paths
+
+    runs = paths.REPO_ROOT / "results" / "reference" / "sps_xl"
+    results = ["--results", str(runs), "--out", str(tmp_path / "out")]
+    assert says in report_refusal([*results, *argv], capsys)
+
+
+def test_specbench_report_refuses_an_unwritable_out(tmp_path, capsys) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    line = report_refusal(["--out", str(blocker / "out"), "leaderboard"], capsys)
+    assert f"--out {blocker / 'out'}: must be a writable directory" in line

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 from specbench import paths
 from specbench.report import figures, leaderboard, pareto
-from specbench.report.load import higher_is_better, load_runs
+from specbench.report.load import ReportError, higher_is_better, load_runs
 
 
 def _log_to_wandb(paths: list[Path], mode: str) -> None:
@@ -27,7 +28,39 @@ def _log_to_wandb(paths: list[Path], mode: str) -> None:
     run.finish()
 
 
+def writable(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as err:
+        raise ReportError(f"--out {out}: must be a writable directory ({err.strerror})") from None
+
+
+def pareto_cells(runs, task: str, quality: str):
+    """The task's cells, refusing a task without runs and a metric the task's runs lack."""
+    cells = runs[runs["task"] == task]
+    if cells.empty:
+        tasks = ", ".join(sorted(runs["task"].dropna().unique()))
+        raise ReportError(f"--task {task}: no runs of that task; tasks with runs: {tasks}")
+    column = f"quality.{quality}"
+    if column not in cells or cells[column].isna().all():
+        metrics = sorted(c.removeprefix("quality.") for c in cells if c.startswith("quality."))
+        raise ReportError(
+            f"--quality {quality}: task {task} has no such metric; allowed: {', '.join(metrics)}"
+        )
+    return cells
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return run(argv)
+    except ReportError as err:
+        print(f"specbench-report: error: {err}", file=sys.stderr)
+        return 2
+
+
+def run(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="specbench-report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", default="results", help="searched recursively for runs")
     parser.add_argument("--out", default="results/figures")
@@ -43,7 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--specs", default=str(figures.EXPERIMENTS))
     args = parser.parse_args(argv)
     out = Path(args.out)
+    writable(out)
     if args.command == "figures":
+        if not list(Path(args.specs).glob("*.yaml")):
+            raise ReportError(f"--specs {args.specs}: no experiment specs (*.yaml) there")
         try:
             readme = paths.REPO_ROOT / "README.md"
             written = figures.build_all(Path(args.results), out, Path(args.specs), readme)
@@ -61,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             written = leaderboard.write(runs, out)
             print(written[0].read_text())  # the Markdown tables, on the terminal too
         else:
-            cells = runs[runs["task"] == args.task]
+            cells = pareto_cells(runs, args.task, args.quality)
             higher = higher_is_better(args.task).get(args.quality, True)
             name = f"pareto-{args.task}-{args.quality}"
             written = pareto.plot(

@@ -42,9 +42,24 @@ def cell_id(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
+class ReportError(Exception):
+    """A bad input to the reports, as one line (the CLI prints it and exits 2)."""
+
+
 def read_run(run_dir: Path) -> dict:
-    summary = json.loads((run_dir / "summary.json").read_text())
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        return _row(run_dir, summary, config)
+    except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError, AttributeError) as err:
+        why = " ".join(str(err).split()) or type(err).__name__
+        raise ReportError(
+            f"{run_dir}: not a readable specbench run directory (summary.json and config.yaml "
+            f"as specbench-run writes them): {type(err).__name__}: {why}"
+        ) from None
+
+
+def _row(run_dir: Path, summary: dict, config: dict) -> dict:
     row = flatten(config)
     row.update(_scalars(summary))
     for name, other in summary.get("vs", {}).items():
