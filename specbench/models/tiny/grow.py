@@ -43,6 +43,7 @@ import json
 import math
 import shutil
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -92,7 +93,7 @@ class Residual:
         norms = torch.zeros(d, dtype=torch.float64).index_add_(0, group, vector**2).sqrt()
         return cls(group, vector / norms[group] * math.sqrt(width), width)
 
-    @property
+    @cached_property  # every read and write of a growth multiplies by the same Q
     def matrix(self) -> Tensor:
         q = torch.zeros(len(self.group), len(self.group) // self.width, dtype=torch.float64)
         q[torch.arange(len(self.group)), self.group] = self.vector
