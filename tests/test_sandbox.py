@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -93,7 +94,7 @@ def test_only_python_and_its_standard_library_are_visible(tmp_path: Path) -> Non
         f"seen = [p for p in {hidden!r} if os.path.exists(p)]\n"
         "return sorted(os.listdir('/')), seen, importlib.util.find_spec('torch') is None"
     )
-    mounted = [p for p in (*sandbox.SYSTEM_LIBRARIES, *sandbox.DEVICES) if os.path.exists(p)]
+    mounted = [p for p in (*sandbox.shared_libraries(), *sandbox.DEVICES) if os.path.exists(p)]
     mounted += ["/proc", "/tmp", *(target for _, target in sandbox.interpreter()[1])]
     roots = sorted({p.split("/")[1] for p in mounted})
     outcome = probe(body, (roots, [], True))
@@ -191,7 +192,12 @@ REFUSED_SYSCALLS = {  # x86_64 numbers, with arguments that would succeed unfilt
     "socket": (41, 2, 1, 0),
     "socketpair": (53, 1, 1, 0, 0),
     "setrlimit (raise the CPU limit)": (160, 0, 0),
-    "prlimit64": (302, 0, 0, 0, 0),
+    "prlimit64 with a new limit": (302, 0, 0, 1, 0),
+    "fallocate": (285, 1, 1, 0, 1 << 30),
+    "memfd_create": (319, 0, 0),
+    "shmget": (29, 0, 1 << 20, 0o1600),
+    "msgget": (68, 0, 0o1600),
+    "mq_open": (240, 0, 0o100, 0o600, 0),
     "process_vm_writev": (311, 1, 0, 0, 0, 0, 0),
 }
 
@@ -394,3 +400,189 @@ def test_a_machine_where_jails_cannot_start_is_one_line(monkeypatch) -> None:
     with pytest.raises(sandbox.SandboxUnavailable) as error:
         sandbox.require.__wrapped__()
     assert "\n" not in str(error.value) and "CLONE_NEWUSER" in str(error.value)
+
+
+def test_only_the_interpreters_libraries_of_the_system_are_inside() -> None:
+    """Nothing of /lib and /usr/lib but what the interpreter and its standard library load: no
+    git, no JDK, no setuid helper, no system-wide Python package."""
+    body = (
+        "import os\n"
+        "files, setuid = [], []\n"
+        "for top in ('/lib', '/lib64', '/usr', '/etc', '/bin', '/sbin'):\n"
+        "    for d, _, names in os.walk(top):\n"
+        "        files += [os.path.join(d, n) for n in names]\n"
+        "for d, _, names in os.walk('/'):\n"
+        "    if not d.startswith('/proc'):\n"
+        "        setuid += [n for n in names if os.lstat(os.path.join(d, n)).st_mode & 0o6000]\n"
+        "return sorted(files), setuid"
+    )
+    outcome = probe(body, (list(sandbox.shared_libraries()), []))
+    assert outcome.passed, outcome.output
+    assert any("libc.so" in p for p in sandbox.shared_libraries())
+    assert not any("git" in p or "jvm" in p for p in sandbox.shared_libraries())
+
+
+def test_the_standard_librarys_compiled_modules_import() -> None:
+    modules = "hashlib, ssl, sqlite3, ctypes, zlib, bz2, lzma, decimal, uuid, _json, select"
+    outcome = probe(f"import {modules}\nreturn hashlib.sha256(b'x').hexdigest()[:4]", "2d71")
+    assert outcome.passed, outcome.output
+
+
+def test_limits_can_be_read_not_raised() -> None:
+    body = (
+        "import resource\n"
+        "cpu = resource.getrlimit(resource.RLIMIT_CPU)\n"
+        "try:\n"
+        "    resource.setrlimit(resource.RLIMIT_CPU, (cpu[1] + 1, cpu[1] + 1))\n"
+        "    raised = None\n"
+        "except (OSError, ValueError) as e:\n"
+        "    raised = type(e).__name__\n"
+        "return cpu, raised"
+    )
+    assert probe(
+        body, ((LIMITS.cpu_s, LIMITS.cpu_s), "ValueError")
+    ).passed  # EPERM, as Python says it
+
+
+def test_the_programs_output_is_a_pipe_not_a_host_file() -> None:
+    body = "import os, stat\nreturn [stat.S_ISFIFO(os.fstat(fd).st_mode) for fd in (1, 2)]"
+    assert probe(body, [True, True]).passed
+
+
+def sampled(read: callable, check: sandbox.Check, limits: sandbox.Limits) -> tuple:
+    """The check's outcome, and the lowest value `read()` gave while it ran."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    lowest = read()
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(sandbox.run, check, limits)
+        while not running.done():
+            lowest = min(lowest, read())
+            time.sleep(0.02)
+    return running.result(), lowest
+
+
+def free_disk() -> int:
+    import shutil
+
+    return shutil.disk_usage(tempfile.gettempdir()).free
+
+
+def available_memory() -> int:
+    meminfo = Path("/proc/meminfo").read_text()
+    return int(meminfo.split("MemAvailable:")[1].split()[0]) * 1024
+
+
+def test_no_host_disk_can_be_reserved() -> None:
+    """fallocate on every descriptor the program holds (its output among them) and on a file of
+    its own: the host's free space does not move."""
+    attack = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "for fd in range(64):\n"
+        "    libc.syscall(285, fd, 1, 0, 1 << 30)\n"
+        "fd = os.open('/tmp/big', os.O_CREAT | os.O_WRONLY)\n"
+        "libc.syscall(285, fd, 1, 0, 1 << 30)\n"
+    )
+    before = free_disk()
+    outcome, lowest = sampled(free_disk, sandbox.Check(WRONG + attack, TESTS, ("f",)), LIMITS)
+    assert not outcome.passed
+    assert before - lowest < 64 << 20, f"{(before - lowest) >> 20} MiB of host disk taken"
+
+
+@pytest.mark.skipif(not sandbox.cgroup_flags(), reason="no cgroup memory controller here")
+def test_memory_is_bounded_as_a_whole_not_per_address_space() -> None:
+    """tmpfs pages count against no address-space limit: 2.5 GiB written into a tmpfs allowed
+    4 GiB must stop at the jail's 128 MB cgroup, and the host keeps its memory."""
+    limits = sandbox.Limits(wall_s=8.0, cpu_s=6, memory_mb=128, disk_mb=4096, file_mb=4096)
+    attack = (
+        "chunk = b'x' * (4 << 20)\n"
+        "for i in range(640):\n"
+        "    with open(f'/tmp/fill{i}', 'wb') as fh:\n"
+        "        fh.write(chunk)\n"
+        "import time\ntime.sleep(1)\n"
+    )
+    check = sandbox.Check(WRONG + attack, TESTS, ("f",))
+    before = available_memory()
+    outcome, lowest = sampled(available_memory, check, limits)
+    assert not outcome.passed
+    assert before - lowest < 1280 << 20, f"{(before - lowest) >> 20} MiB of host memory taken"
+
+
+def test_the_tmpfs_holds_a_bounded_number_of_files() -> None:
+    """Empty files cost no disk but kernel memory: the inode cap stops a flood."""
+    limits = sandbox.Limits(wall_s=4.0, cpu_s=2, memory_mb=512, disk_mb=8, file_mb=4, inodes=256)
+    body = (
+        "n = 0\n"
+        "try:\n"
+        "    while n < 5000:\n"
+        "        open(f'/tmp/{n}', 'w').close()\n"
+        "        n += 1\n"
+        "except OSError as e:\n"
+        "    return n < 256, e.errno"
+    )
+    program = "def f():\n" + "".join(f"    {line}\n" for line in body.splitlines())
+    check = sandbox.Check(program, f"assert f() == (True, {errno.ENOSPC}), f()\n", ("f",))
+    outcome = sandbox.run(check, limits)
+    assert outcome.passed, outcome.output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a private /tmp needs a mount namespace of root's")
+def test_nsjail_leaves_no_work_directories() -> None:
+    """nsjail makes its root and tmp mount points in /tmp and leaves them; the last check out
+    removes them. Run in a private /tmp, so no other test's check is running there."""
+    script = (
+        "from specbench.metrics import sandbox\n"
+        "import os\n"
+        "outcome = sandbox.run(sandbox.Check('def f():\\n    return 1\\n', 'assert f() == 1\\n', ('f',)))\n"
+        "print(outcome.status, [n for n in os.listdir('/tmp') if 'nsjail' in n])\n"
+    )
+    shell = f'mount -t tmpfs none /tmp && {sys.executable} -c "$0"'
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", shell, script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.strip() == "passed []", done.stdout + done.stderr
+
+
+HOLD_A_FULL_TMPFS = """
+import sys
+from specbench.metrics import sandbox
+
+sandbox.FIRST_OUTSIDE_ID = int(sys.argv[1])
+program = (
+    "import time\\n"
+    "def f():\\n"
+    "    for i in range(400):\\n"
+    "        open(f'/tmp/{i}', 'wb').write(b'x' * (1 << 20))\\n"
+    "    time.sleep(100)\\n"
+)
+limits = sandbox.Limits(wall_s=3.0, cpu_s=3, memory_mb=1024, disk_mb=512, file_mb=4)
+sandbox.run(sandbox.Check(program, "f()\\n", ("f",)), limits)
+"""
+
+
+def shared_memory() -> int:
+    """The host's tmpfs and shared pages, in bytes."""
+    return int(Path("/proc/meminfo").read_text().split("Shmem:")[1].split()[0]) << 10
+
+
+def test_a_harness_killed_mid_attack_leaves_nothing_reserved(tmp_path: Path) -> None:
+    """kill -9 of the harness while its program holds 400 MB of tmpfs: the jail ends at its own
+    time limit, its memory comes back and no process of its uids is left."""
+    first = 3_000_000 + os.getpid()
+    before = shared_memory()
+    harness = subprocess.Popen([sys.executable, "-c", HOLD_A_FULL_TMPFS, str(first)], cwd=tmp_path)
+    deadline = time.monotonic() + 20
+    while shared_memory() - before < 300 << 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert shared_memory() - before >= 300 << 20, "the attack never filled its tmpfs"
+    harness.kill()
+    harness.wait()
+    uids = range(first, first + 64)
+    while sandbox_processes(uids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sandbox_processes(uids) == []
+    assert shared_memory() - before < 100 << 20, f"{(shared_memory() - before) >> 20} MiB held"

