@@ -527,6 +527,14 @@ def test_the_tmpfs_holds_a_bounded_number_of_files() -> None:
     assert outcome.passed, outcome.output
 
 
+def kept_in_tmp() -> list[str]:
+    """Shell steps that bind this checkout and its environment back into a private /tmp, from
+    this process's view of the real one, where they live under /tmp (a clone made by mktemp)."""
+    here = {Path(sys.prefix).resolve(), Path(__file__).resolve().parents[1]}
+    tops = {Path("/tmp", p.relative_to("/tmp").parts[0]) for p in here if p.is_relative_to("/tmp")}
+    return [f"mkdir -p {d} && mount --bind /proc/{os.getpid()}/root{d} {d}" for d in sorted(tops)]
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="a private /tmp needs a mount namespace of root's")
 def test_nsjail_leaves_no_work_directories() -> None:
     """nsjail makes its root and tmp mount points in /tmp and leaves them; the last check out
@@ -537,7 +545,7 @@ def test_nsjail_leaves_no_work_directories() -> None:
         "outcome = sandbox.run(sandbox.Check('def f():\\n    return 1\\n', 'assert f() == 1\\n', ('f',)))\n"
         "print(outcome.status, [n for n in os.listdir('/tmp') if 'nsjail' in n])\n"
     )
-    shell = f'mount -t tmpfs none /tmp && {sys.executable} -c "$0"'
+    shell = " && ".join(["mount -t tmpfs none /tmp", *kept_in_tmp(), f'{sys.executable} -c "$0"'])
     done = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", shell, script],
         capture_output=True,
