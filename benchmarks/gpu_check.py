@@ -70,9 +70,9 @@ def main() -> None:
         rows.append(
             (
                 name,
-                f"speedup {summary['speedup']:.2f}  predicted {summary['predicted_speedup']:.2f}"
-                f"  gap {summary['prediction_gap']:+.0%}  tpf {summary['tpf']:.2f}"
-                f"  lossless {summary['lossless_rate']:.2f}",
+                f"speedup {summary.speedup:.2f}  predicted {summary.predicted_speedup:.2f}"
+                f"  gap {summary.prediction_gap:+.0%}  tpf {summary.tpf:.2f}"
+                f"  lossless {summary.lossless_rate:.2f}",
             )
         )
     print(f"\n{torch.cuda.get_device_name()} ({time.time() - start:.0f} s)")

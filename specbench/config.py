@@ -7,8 +7,11 @@ target/drafter, logging and run schemas and the top-level `Config` that ties the
 from __future__ import annotations
 
 import math
+import netrc
+import os
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -41,6 +44,9 @@ class ModelConfig:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
+WANDB_MODES = ("offline", "online", "disabled")
+
+
 @dataclass
 class WandbConfig:
     """W&B mirrors the local records."""
@@ -49,6 +55,31 @@ class WandbConfig:
     project: str = "specbench"
     entity: str | None = None
     group: str | None = None
+
+    def check(self) -> None:
+        """A mode W&B has, and for `online` a login to sync with: without one W&B would stop
+        the run at its first record, asking for a key on a terminal it may not have."""
+        if self.mode not in WANDB_MODES:
+            raise ConfigError("logging.wandb.mode", self.mode, f"allowed: {', '.join(WANDB_MODES)}")
+        if self.mode == "online" and not wandb_login():
+            raise ConfigError(
+                "logging.wandb.mode",
+                self.mode,
+                "needs a W&B login (`wandb login`, or WANDB_API_KEY); offline, the default, "
+                "needs none (`wandb sync` uploads it later)",
+            )
+
+
+def wandb_login() -> bool:
+    """Whether W&B has an API key: WANDB_API_KEY, or its host's entry in ~/.netrc (where
+    `wandb login` writes it)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    try:
+        return netrc.netrc(os.environ.get("NETRC")).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
 
 
 @dataclass
@@ -174,6 +205,16 @@ def check_run(run: RunConfig) -> None:
     for key, value, ok, allowed in checks:
         if not ok:
             raise ConfigError(key, value, allowed)
+
+
+def check_knobs(config: Config) -> None:
+    """Every knob that needs no torch, no model and no dataset, checked as soon as the config
+    composes: the run's, the task's and the method's (their configs' own `check`)."""
+    check_run(config.run)
+    config.logging.wandb.check()
+    config.task.check()
+    max_new = config.run.max_new_tokens or config.task.max_new_tokens
+    config.method.check(config.run.temperature, max_new)
 
 
 def _inside(name: str) -> bool:

@@ -3,8 +3,9 @@ and a full disk."""
 
 from __future__ import annotations
 
+import argparse
 import errno
-from typing import Any
+from typing import Any, NoReturn
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
@@ -28,3 +29,11 @@ def user_line(err: BaseException) -> str | None:
             "(every recorded sample is kept)"
         )
     return None
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose refusals are one line, `prog: error: why` (exit 2), without the usage
+    block above it (`--help` still prints the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")

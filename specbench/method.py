@@ -16,6 +16,7 @@ from specbench.config import ModelConfig
 from specbench.decoding.generation import Decoder
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
+from specbench.results.summary import Summary
 
 
 class Method(ABC):
@@ -37,10 +38,6 @@ class Method(ABC):
 
     def __init__(self, cfg: Any, warp: Warp):
         self.cfg, self.warp = cfg, warp
-
-    def check(self) -> None:
-        """Raise `ConfigError` on a knob this method cannot run (no file read, no model)."""
-        return None
 
     def check_target(self, target: ModelConfig) -> None:
         """Raise `ConfigError` on knobs that the target's config rules out."""
@@ -81,7 +78,7 @@ class Method(ABC):
         the target has no next-token logits (a diffusion LLM commits out of order)."""
         return target.top2(prefix)
 
-    def cost_model(self, decoder: Any, prompt_ids: list[int], summary: dict) -> dict:
+    def cost_model(self, decoder: Any, prompt_ids: list[int], summary: Summary) -> dict:
         """The predicted speedup and the forward costs behind it (empty: no model)."""
         return {}
 

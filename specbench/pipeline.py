@@ -6,14 +6,14 @@ only once the config has composed: it imports torch and transformers."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from specbench import paths
-from specbench.config import DTYPE_NAMES, Config, ModelConfig, RunConfig, check_run
+from specbench.config import DTYPE_NAMES, Config, ModelConfig, RunConfig, check_knobs
 from specbench.decoding.generation import Stop
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
@@ -23,12 +23,14 @@ from specbench.metrics.summary import summarize
 from specbench.models import compiled, loading
 from specbench.models.causal import CausalLM
 from specbench.models.diffusion import ADAPTERS, MaskedDiffusionLM
-from specbench.registry import METHODS, TASKS, discover
+from specbench.registry import METHODS, discover
 from specbench.results.console import print_summary
 from specbench.results.env import environment, fingerprint
 from specbench.results.store import RunStore, config_hash
+from specbench.results.summary import Summary
 from specbench.results.wandb import WandbMirror
 from specbench.tasks.base import Sample, Task
+from specbench.tasks.load import TaskSamples, load_samples
 
 
 @dataclass
@@ -134,13 +136,12 @@ def _check_engine(config: Config, method: Method) -> None:
 
 
 def validate(config: Config) -> Method:
-    """Every check that reads no file: the run's knobs, the method's, and the models' kinds."""
-    check_run(config.run)
+    """Every check that reads no file: the knobs, the device and the models' kinds."""
+    check_knobs(config)
     _check_device(config.run)
     if config.method.name not in METHODS:
         raise ConfigError("method", config.method.name, f"allowed: {', '.join(METHODS)}")
     method = METHODS[config.method.name](config.method, warp_of(config.run))
-    method.check()
     if config.target.kind != method.target_kind:
         raise ConfigError(
             "target.kind",
@@ -164,12 +165,6 @@ def validate(config: Config) -> Method:
             )
         _check_model(config.drafter, "drafter")
     _check_engine(config, method)
-    if config.logging.wandb.mode not in ("offline", "online", "disabled"):
-        raise ConfigError(
-            "logging.wandb.mode", config.logging.wandb.mode, "allowed: offline, online, disabled"
-        )
-    if config.task.name not in TASKS:
-        raise ConfigError("task", config.task.name, f"allowed: {', '.join(TASKS)}")
     return method
 
 
@@ -197,10 +192,12 @@ def check_models(config: Config, method: Method) -> tuple[Any, list[tuple[str, i
     context length for `fit_context`."""
     if config.target.kind == "diffusion":
         loading.check_diffusion_checkpoint(config.target, "target")
+    loading.check_weights(config.target, "target")
     tokenizer = loading.load_tokenizer(config.target, "target")
     contexts = [("target", loading.context_length(config.target, "target"))]
     if method.drafter_kind is None:
         return tokenizer, contexts
+    loading.check_weights(config.drafter, "drafter")
     if method.drafter_kind == "dflash":  # no tokenizer of its own: it reads the target's states
         loading.check_dflash_drafter(config.drafter, config.target)
         if config.run.engine == "compiled":
@@ -222,31 +219,6 @@ def check_models(config: Config, method: Method) -> tuple[Any, list[tuple[str, i
     else:
         _check_drafter_vocabulary(config.drafter, len(tokenizer))
     return tokenizer, contexts
-
-
-def load_samples(config: Config) -> tuple[Task, list[Sample], int]:
-    """The task, its first `run.limit` samples (ids unique: resume is keyed by id), and the
-    generation length."""
-    target = config.target
-    task = TASKS[config.task.name].build(
-        config.task, target.chat_template, dict(target.chat_template_kwargs)
-    )
-    max_new = config.run.max_new_tokens or config.task.max_new_tokens
-    if max_new < 1:
-        raise ConfigError("task.max_new_tokens", max_new, "must be an integer >= 1")
-    samples = task.samples()[: config.run.limit]
-    if not samples:
-        raise ConfigError("task", config.task.name, "has no samples with these settings")
-    seen: set[str] = set()
-    for sample in samples:
-        if sample.id in seen:
-            raise ConfigError(
-                "task",
-                config.task.name,
-                f"sample id {sample.id!r} appears twice; ids must be unique",
-            )
-        seen.add(sample.id)
-    return task, samples, max_new
 
 
 def fit_context(
@@ -282,17 +254,17 @@ def run_id_of(config: Config, identity: dict[str, Any]) -> str:
     return config.run.name or "-".join([*parts, config_hash(identity)[:8]])
 
 
-def prepare(cfg: DictConfig) -> Plan:
+def prepare(cfg: DictConfig, loaded: TaskSamples | None = None) -> Plan:
     """Validate everything that can be checked without weights (ConfigError otherwise), then
-    open the run directory."""
+    open the run directory. `loaded` is the task and samples `load_samples` already read
+    (the command reads them before torch is imported)."""
     discover()
     config: Config = OmegaConf.to_object(cfg)
     method = validate(config)
     if method.drafter_kind is None:  # a drafter the method does not take is not its identity
         config.drafter = ModelConfig(name="none", name_or_path=None, kind="none")
     tokenizer, contexts = check_models(config, method)
-    task, samples, max_new = load_samples(config)
-    task.check()
+    task, samples, max_new = loaded or load_samples(config)
     method.check_task(task, samples)
     prompt_ids = {s.id: task.prompt_ids(tokenizer, s, config.target.chat_template) for s in samples}
     fit_context(config, prompt_ids, samples, contexts, max_new)
@@ -369,39 +341,39 @@ def longest_sequence(plan: Plan) -> int:
     return compiled.static_length(max(need(s) for s in plan.samples))
 
 
-def summarise(plan: Plan, job: Job, env: dict[str, Any]) -> dict[str, Any]:
+def summarise(plan: Plan, job: Job, env: dict[str, Any]) -> Summary:
     """The summary of the cell's records: who it is, what its losslessness means, every metric,
     and the cost model's prediction."""
     method, config = plan.method, plan.config
     wanted = {s.id for s in plan.samples}
     records = [r for r in plan.store.records if r.id in wanted]
-    summary = {
-        "run_id": plan.run_id,
-        "method": method.name,
-        "label": method.label(),
-        "target": config.target.name,
-        "drafter": config.drafter.name,
-        "task": config.task.name,
-        "baseline": method.baseline_name if config.run.baseline else None,
-        "lossless": method.exact(),
-        "lossless_wrt": method.lossless_wrt(),
-        **method.facts(job.arms.method),
-        **summarize(records, greedy=method.warp.greedy, round_unit=method.round_unit),
-        "env": fingerprint(env),
-    }
-    if records and summary.get("speedup"):
+    summary = Summary.of(
+        summarize(records, greedy=method.warp.greedy, round_unit=method.round_unit),
+        run_id=plan.run_id,
+        method=method.name,
+        label=method.label(),
+        target=config.target.name,
+        drafter=config.drafter.name,
+        task=config.task.name,
+        baseline=method.baseline_name if config.run.baseline else None,
+        lossless=method.exact(),
+        lossless_wrt=method.lossless_wrt(),
+        facts=method.facts(job.arms.method),
+        env=fingerprint(env),
+    )
+    if records and summary.speedup:
         prompt = plan.prompt_ids[plan.samples[0].id]
-        summary.update(method.cost_model(job.arms.method, prompt, summary))
+        summary = replace(summary, **method.cost_model(job.arms.method, prompt, summary))
     return summary
 
 
-def execute(plan: Plan) -> dict[str, Any]:
+def execute(plan: Plan) -> Summary:
     """The cell's summary: measured, or read back when every sample is recorded and summarised.
     The run directory's lock is released when this returns or fails, so a run waiting for it
     (`run.wait_lock`) then resumes from what this one recorded."""
     try:
         done = plan.store.finished({s.id for s in plan.samples})
-        complete = done is not None and done.get("n_samples") == len(plan.samples)
+        complete = done is not None and done.n_samples == len(plan.samples)
         summary = done if complete else measure(plan)
     finally:
         plan.store.close()
@@ -409,7 +381,7 @@ def execute(plan: Plan) -> dict[str, Any]:
     return summary
 
 
-def measure(plan: Plan) -> dict[str, Any]:
+def measure(plan: Plan) -> Summary:
     """Load weights, decode every unfinished sample, write environment and summary, and mirror
     them to W&B."""
     config, method = plan.config, plan.method
@@ -454,6 +426,6 @@ def measure(plan: Plan) -> dict[str, Any]:
         mirror.interrupted()
         raise
     summary = summarise(plan, job, env)
-    plan.store.write_json("summary.json", summary)
+    plan.store.write_json("summary.json", summary.to_json())
     mirror.finish([r for r in plan.store.records if r.id in {s.id for s in plan.samples}], summary)
     return summary

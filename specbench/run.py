@@ -25,12 +25,13 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from specbench import paths
-from specbench.config import check_run, refuse_stray_keys
+from specbench.config import check_knobs, refuse_stray_keys
 from specbench.errors import ConfigError, user_line
 from specbench.interrupt import EXIT_CODE, on_ctrl_c
 from specbench.registry import discover_schemas
 from specbench.results.store import make_writable
 from specbench.results.sweep import SweepSummary, write_outcome
+from specbench.tasks.load import load_samples
 
 discover_schemas()  # method and task schemas must be in Hydra's ConfigStore before it composes
 
@@ -128,22 +129,19 @@ def interrupted(plan: Any) -> int:
 
 
 @hydra.main(version_base="1.3", config_path=str(paths.CONF_DIR), config_name="config")
-def main(cfg: DictConfig) -> dict[str, Any] | None:
-    """One cell. In a multirun a failing cell (a bad pairing, out of memory, ...) is recorded in
-    its job's outcome and the sweep goes on; alone it fails the command."""
+def main(cfg: DictConfig) -> Any:
+    """One cell. In a multirun a failing cell (a bad knob, a bad pairing, out of memory, ...)
+    is recorded in its job's outcome and the sweep goes on; alone it fails the command."""
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
-    try:
-        refuse_stray_keys(cfg)
-        check_run(OmegaConf.to_object(cfg.run))  # the run's knobs, before torch is imported
-    except ConfigError as err:
-        if not multirun:
-            forget_output_dir()
-        fail(explain(err), err)
-    from specbench import pipeline  # torch and transformers: only once the config composes
-
     plan = None
     try:
-        plan = pipeline.prepare(cfg)
+        refuse_stray_keys(cfg)
+        config = OmegaConf.to_object(cfg)
+        check_knobs(config)  # the knobs and the task's data, before torch is imported
+        loaded = load_samples(config)
+        from specbench import pipeline  # torch and transformers
+
+        plan = pipeline.prepare(cfg, loaded)
         summary = pipeline.execute(plan)
     except KeyboardInterrupt:  # a sweep stops too
         raise SystemExit(interrupted(plan)) from None

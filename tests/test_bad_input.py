@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import struct
 from pathlib import Path
 
 import pytest
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedModel
 
 from conftest import compose_cfg
+from specbench import paths
 from specbench.errors import ConfigError
 from specbench.models import loading
 from specbench.models.random_init import gpt2_tokenizer
@@ -195,6 +199,63 @@ def test_a_prompts_file_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
     assert "line 2: not UTF-8 (byte 0xe9" in message
 
 
+@pytest.mark.parametrize("prompt", [5, "", "  \n"])
+def test_a_prompt_that_is_not_text(prompt, tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "prompt": prompt}) + "\n")
+    message = fails([f"task.source={prompts}"], "task", "prompts", tmp_path)
+    assert f"sample 'a' has a prompt {prompt!r}; every prompt must be non-empty text" in message
+
+
+def cut_short(weights: Path) -> None:
+    os.truncate(weights, weights.stat().st_size // 2)
+
+
+def header_past_the_end(weights: Path) -> None:
+    """A tensor whose offsets run a terabyte past the data."""
+    blob = weights.read_bytes()
+    size = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8 : 8 + size])
+    name = next(k for k in header if k != "__metadata__")
+    header[name]["data_offsets"] = [0, 2**40]
+    raw = json.dumps(header).encode()
+    weights.write_bytes(struct.pack("<Q", len(raw)) + raw + blob[8 + size :])
+
+
+def header_of_a_terabyte(weights: Path) -> None:
+    blob = weights.read_bytes()
+    weights.write_bytes(struct.pack("<Q", 2**40) + blob[8:])
+
+
+@pytest.mark.parametrize("damage", [cut_short, header_past_the_end, header_of_a_terabyte])
+def test_a_damaged_safetensors_file_is_one_line_before_weights_load(damage, tmp_path) -> None:
+    drafter = tmp_path / "tiny-ar"
+    shutil.copytree(paths.TINY_DIR / "tiny-ar", drafter)
+    damage(drafter / "model.safetensors")
+    message = fails(
+        ["target=tiny", "drafter=tiny-ar", f"drafter.name_or_path={drafter}"],
+        "drafter.name_or_path",
+        str(drafter),
+        tmp_path,
+    )
+    assert "model.safetensors is not a whole safetensors file" in message
+
+
+def test_a_config_whose_vocabulary_contradicts_the_weights(tmp_path: Path) -> None:
+    drafter = tmp_path / "tiny-ar"
+    shutil.copytree(paths.TINY_DIR / "tiny-ar", drafter)
+    config = json.loads((drafter / "config.json").read_text())
+    (drafter / "config.json").write_text(json.dumps({**config, "vocab_size": 5000}))
+    message = fails(
+        ["target=tiny", "drafter=tiny-ar", f"drafter.name_or_path={drafter}"],
+        "drafter.name_or_path",
+        str(drafter),
+        tmp_path,
+    )
+    assert "config.json says a vocabulary of 5000, but model.safetensors's " in message
+    assert "model.embed_tokens.weight has 4096 rows" in message
+
+
 def test_a_model_directory_that_does_not_exist(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-model"
     message = fails(
@@ -343,8 +404,8 @@ def test_specbench_tiny_refuses_in_one_line(argv, says, capsys, monkeypatch) -> 
     monkeypatch.setattr(cli, "train", lambda args: pytest.fail("trained on a refused input"))
     with pytest.raises(SystemExit) as exit_:
         cli.main(["train", *argv])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert exit_.value.code == 2 and says in err[-1]
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and says in line
 
 
 def test_specbench_tiny_rewrites_the_committed_checkpoints_only_when_asked(monkeypatch) -> None:
@@ -376,6 +437,7 @@ def test_specbench_report_names_a_run_it_cannot_read(summary, tmp_path, capsys) 
     (run / "config.yaml").write_text("method: {name: sps}\n")
     argv = ["--results", str(tmp_path / "results"), "--out", str(tmp_path / "out"), "leaderboard"]
     assert f"{run}: not a readable specbench run directory" in report_refusal(argv, capsys)
+    assert not (tmp_path / "out").exists()  # refused: nothing written
 
 
 @pytest.mark.parametrize(
@@ -395,6 +457,7 @@ def test_specbench_report_refuses_in_one_line(argv, says, tmp_path, capsys) -> N
     runs = paths.REPO_ROOT / "results" / "reference" / "sps_xl"
     results = ["--results", str(runs), "--out", str(tmp_path / "out")]
     assert says in report_refusal([*results, *argv], capsys)
+    assert not (tmp_path / "out").exists()  # refused: nothing written
 
 
 def test_specbench_report_refuses_an_unwritable_out(tmp_path, capsys) -> None:

@@ -238,34 +238,69 @@ atexit.register(lambda: print(sorted(m for m in ("torch", "transformers") if m i
 
 
 @pytest.mark.parametrize(
-    ("override", "line"),
+    ("overrides", "line"),
     [
         (
-            "method.gamam=3",
+            ["method.gamam=3"],
             "method.gamam: no such key in SpSConfig; allowed: name, gamma, schedule, rule, leniency",
         ),
         (
-            "run.limit=many",
+            ["run.limit=many"],
             "run.limit: Value 'many' of type 'str' could not be converted to Integer",
         ),
-        ("run.threads=0", "run.threads=0: must be null (torch's default) or an integer >= 1"),
+        (["run.threads=0"], "run.threads=0: must be null (torch's default) or an integer >= 1"),
         (
-            "run.name=../../x",
+            ["run.name=../../x"],
             "run.name='../../x': must be a plain name: no '/', no '..', not empty",
         ),
         (  # `+` adds a key beside the schema's fields, which typing would drop silently
-            "+run.temprature=0.7",
+            ["+run.temprature=0.7"],
             "run.temprature=0.7: no such key in RunConfig; allowed: "
             + ", ".join(f.name for f in fields(RunConfig)),
+        ),
+        (  # a draft the generation cuts short would measure another gamma than it names
+            ["method.gamma=100000"],
+            "method.gamma=100000: must be an integer in [1, max_new_tokens=128]",
+        ),
+        (
+            ["method=specdiff", "drafter=tiny-dlm", "method.q_source=best"],
+            "method.q_source='best': allowed: reveal_step, final_step, onehot",
+        ),
+        (
+            ["method=psd", "target=tiny-dlm", "method.policy=origin"],
+            "method.policy='origin': is random, so it cannot draft; "
+            "allowed: quota, threshold, dynamic, localleap",
+        ),
+        (
+            ["method=diffuspec", "drafter=tiny-dlm", "run.temperature=0.7"],
+            "run.temperature=0.7: diffuspec verifies greedily here: use 0",
+        ),
+        (
+            ["task=humaneval", "task.timeout_s=0"],
+            "task.timeout_s=0.0: must be a number of seconds >= 1",
+        ),
+        (
+            ["task=prompts", "task.source=missing.jsonl"],
+            "task.source='missing.jsonl': no such file; give 'hub' or a local data file",
+        ),
+        (  # without a login W&B would stop the run at its first record
+            ["logging.wandb.mode=online"],
+            "logging.wandb.mode='online': needs a W&B login (`wandb login`, or WANDB_API_KEY); "
+            "offline, the default, needs none (`wandb sync` uploads it later)",
         ),
     ],
 )
 def test_a_config_error_is_one_line_before_torch_is_imported(
-    override: str, line: str, tmp_path: Path
+    overrides: list[str], line: str, tmp_path: Path
 ) -> None:
-    code, out, err = finish(specbench([override], tmp_path, code=IMPORTED), timeout=120)
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "NETRC")}
+    env["HOME"] = str(tmp_path)  # no ~/.netrc: no W&B login
+    results = tmp_path / "results"
+    args = [*overrides, f"run.results_dir={results}"]
+    code, out, err = finish(specbench(args, tmp_path, env=env, code=IMPORTED), timeout=120)
     assert code == 2 and out.strip() == "[]"
     assert err.strip().splitlines() == [f"specbench: error: {line}"]
+    assert not results.exists() or list(results.rglob("*")) == []
 
 
 def test_a_refused_run_writes_nothing(tmp_path: Path) -> None:

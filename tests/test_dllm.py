@@ -420,24 +420,24 @@ def test_runs_end_to_end_on_diffusion_targets(tmp_path, target, method, extra) -
     )
     summary = execute(prepare(cfg))
     records = [json.loads(line) for line in next(tmp_path.rglob("records.jsonl")).open()]
-    assert summary["n_samples"] == 3 and len(records) == 3
+    assert summary.n_samples == 3 and len(records) == 3
     cache = "method.prefix_cache=true" in extra
     assert all(r["facts"]["approximate_cache"] == cache for r in records)
-    assert summary["approximate_cache"] == cache
+    assert summary.facts["approximate_cache"] == cache
     arms = [r["method"] for r in records]
-    assert summary["tpf"] == pytest.approx(
+    assert summary.tpf == pytest.approx(
         sum(len(a["output_ids"]) for a in arms) / sum(a["target_calls"] for a in arms)
     )
     assert all(len(a["emitted_per_call"]) == a["target_calls"] for a in arms)
-    assert summary["positions_per_call"] >= 8
+    assert summary.positions_per_call >= 8
     if method in ("psd", "spiffy"):  # lossless against its policy's own decoder
-        assert summary["lossless"] and summary["lossless_rate"] == 1.0
-        assert summary["round_unit"] == "steps" and "acceptance_rate" not in summary
+        assert summary.lossless and summary.lossless_rate == 1.0
+        assert summary.round_unit == "steps" and summary.acceptance_rate is None
         # and measured, as the papers do, against one token per step
-        one = summary["vs"]["one_token_per_step"]
-        assert one["nfe_reduction"] == pytest.approx(one["nfe"] / summary["nfe_target"])
+        one = summary.vs["one_token_per_step"]
+        assert one.nfe_reduction == pytest.approx(one.nfe / summary.nfe_target)
     else:  # a threshold policy against one token per step: labelled lossy
-        assert not summary["lossless"] and not any(r["exact"] for r in records)
+        assert not summary.lossless and not any(r["exact"] for r in records)
 
 
 @pytest.mark.parametrize(

@@ -95,7 +95,7 @@ def test_compiled_speculation_is_exact_and_drafts_as_eager_does(cell: list[str],
     every round accepting what the eager engine's round accepts (the same drafts: a wrong
     cache, mask or captured layer in the compiled drafter changes them, never the output)."""
     summary, records, env = run_records(cell, "compiled", tmp_path / "compiled")
-    assert summary["n_samples"] == 3 and summary["lossless_rate"] == 1.0
+    assert summary.n_samples == 3 and summary.lossless_rate == 1.0
     for record in records:
         assert record["method"]["output_ids"] == record["baseline"]["output_ids"]
     _, eager, _ = run_records(cell, "eager", tmp_path / "eager")
@@ -128,8 +128,8 @@ def test_compiled_diffusion_decodes_as_eager_does(cell: list[str], tmp_path) -> 
     what the eager engine emits and accepts the drafts the eager engine accepts."""
     summary, records, env = run_records(cell, "compiled", tmp_path / "compiled")
     _, eager, _ = run_records(cell, "eager", tmp_path / "eager")
-    if summary["lossless"]:
-        assert summary["lossless_rate"] == 1.0
+    if summary.lossless:
+        assert summary.lossless_rate == 1.0
     for got, want in zip(records, eager, strict=True):
         assert got["method"]["output_ids"] == want["method"]["output_ids"]
         assert got["method"]["emitted_per_call"] == want["method"]["emitted_per_call"]

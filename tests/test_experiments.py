@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from conftest import compose_cfg
 from specbench import paths
+from specbench.config import check_knobs
 from specbench.pipeline import execute, prepare, warp_of
 from specbench.registry import METHODS, discover
 
@@ -33,7 +34,7 @@ def test_every_preset_validates_and_runs_on_tiny_substitutes(name: str, tmp_path
     cell = [f"experiment={name}", *first_cell(name)]
     real = OmegaConf.to_object(compose_cfg(*cell))
     method = METHODS[real.method.name](real.method, warp_of(real.run))
-    method.check()
+    check_knobs(real)
     method.check_target(real.target)
     # tiny-dflash accepts nothing in the first sample's first 20 tokens (a hard opening, and
     # the weakest drafter here); every other drafter has drafts accepted within 16
@@ -48,11 +49,11 @@ def test_every_preset_validates_and_runs_on_tiny_substitutes(name: str, tmp_path
     if hasattr(real.method, "calibration_samples"):
         substitutes.append("method.calibration_samples=2")
     summary = execute(prepare(compose_cfg(*cell, *substitutes)))
-    assert summary["n_samples"] == 1 and summary["new_tokens"] >= 1
-    assert summary["method"] == real.method.name
+    assert summary.n_samples == 1 and summary.new_tokens >= 1
+    assert summary.method == real.method.name
     # the method's effect, on the tiny world too: lossless where it claims to be, and its
     # drafts accepted (fewer target forwards than its baseline)
-    if summary["lossless"] and method.warp.greedy:
-        assert summary["lossless_rate"] == 1.0
+    if summary.lossless and method.warp.greedy:
+        assert summary.lossless_rate == 1.0
     if method.round_unit is not None:
-        assert summary["accepted"] > 0 and summary["nfe_reduction"] > 1
+        assert summary.accepted > 0 and summary.nfe_reduction > 1

@@ -22,6 +22,7 @@ from specbench.report.load import higher_is_better, load_runs
 from specbench.report.pareto import pareto_front
 from specbench.results.record import Record
 from specbench.results.store import config_hash
+from specbench.results.summary import Summary
 
 
 def test_pareto_front_of_a_hand_made_table() -> None:
@@ -82,20 +83,21 @@ def write_run(root: Path, cell: dict, records: list[dict], task: str = "tiny_cod
     run_id = f"{cls.name}-{target}-{drafter}-{task}-{config_hash(config)[:8]}"
     run_dir = root / experiment / run_id
     run_dir.mkdir(parents=True)
-    summary = {
-        "run_id": run_id,
-        "method": cls.name,
-        "label": method.label(),
-        "target": target,
-        "drafter": drafter,
-        "task": task,
-        "lossless": method.exact(),
-        "lossless_wrt": method.lossless_wrt(),
-        "env": "fixture machine",
-        **summarize([Record.from_json(r) for r in records], True, cls.round_unit),
-    }
+    summary = Summary.of(
+        summarize([Record.from_json(r) for r in records], True, cls.round_unit),
+        run_id=run_id,
+        method=cls.name,
+        label=method.label(),
+        target=target,
+        drafter=drafter,
+        task=task,
+        baseline=method.baseline_name,
+        lossless=method.exact(),
+        lossless_wrt=method.lossless_wrt(),
+        env="fixture machine",
+    )
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
-    (run_dir / "summary.json").write_text(json.dumps(summary))
+    (run_dir / "summary.json").write_text(json.dumps(summary.to_json()))
     return run_id
 
 

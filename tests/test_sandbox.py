@@ -527,12 +527,20 @@ def test_the_tmpfs_holds_a_bounded_number_of_files() -> None:
     assert outcome.passed, outcome.output
 
 
-def kept_in_tmp() -> list[str]:
-    """Shell steps that bind this checkout and its environment back into a private /tmp, from
-    this process's view of the real one, where they live under /tmp (a clone made by mktemp)."""
+def kept_in_tmp() -> tuple[list[str], list[str]]:
+    """Shell steps that keep this checkout and its environment, where they live under /tmp (a
+    clone made by mktemp), in a private /tmp: each directory opened before the tmpfs covers
+    it, then bound back from that descriptor (a path would name the covered one)."""
     here = {Path(sys.prefix).resolve(), Path(__file__).resolve().parents[1]}
-    tops = {Path("/tmp", p.relative_to("/tmp").parts[0]) for p in here if p.is_relative_to("/tmp")}
-    return [f"mkdir -p {d} && mount --bind /proc/{os.getpid()}/root{d} {d}" for d in sorted(tops)]
+    tops = sorted(
+        {Path("/tmp", p.relative_to("/tmp").parts[0]) for p in here if p.is_relative_to("/tmp")}
+    )
+    opened = [f"exec {3 + i}<{d}" for i, d in enumerate(tops)]
+    bound = [
+        f"mkdir -p {d} && mount --no-canonicalize --bind /proc/self/fd/{3 + i} {d}"
+        for i, d in enumerate(tops)
+    ]
+    return opened, bound
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a private /tmp needs a mount namespace of root's")
@@ -545,7 +553,8 @@ def test_nsjail_leaves_no_work_directories() -> None:
         "outcome = sandbox.run(sandbox.Check('def f():\\n    return 1\\n', 'assert f() == 1\\n', ('f',)))\n"
         "print(outcome.status, [n for n in os.listdir('/tmp') if 'nsjail' in n])\n"
     )
-    shell = " && ".join(["mount -t tmpfs none /tmp", *kept_in_tmp(), f'{sys.executable} -c "$0"'])
+    opened, bound = kept_in_tmp()
+    shell = " && ".join([*opened, "mount -t tmpfs none /tmp", *bound, f'{sys.executable} -c "$0"'])
     done = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", shell, script],
         capture_output=True,

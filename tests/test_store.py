@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -229,3 +231,35 @@ def test_a_run_directory_keeps_its_wandb_run_id(tmp_path: Path) -> None:
     again = RunStore.open(config(tmp_path), "run")
     assert again.wandb_id() == first and len(first) == 16
     again.close()
+
+
+FILL_THEN_LOCK = """
+import contextlib, errno, os, sys
+from pathlib import Path
+from specbench.results.store import lock
+root = Path(sys.argv[1])
+run_dir = root / "adhoc" / "cell"
+run_dir.mkdir(parents=True)
+filler = open(root / "filler", "wb")
+with contextlib.suppress(OSError):
+    while True:
+        filler.write(bytes(4096))
+        filler.flush()
+try:
+    lock(run_dir, "cell", False)
+except OSError as err:
+    print(err.errno == errno.ENOSPC, err.filename, os.listdir(root / "adhoc"))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a small filesystem needs root's mount namespace")
+def test_a_disk_too_full_for_the_lock_names_it_and_leaves_nothing(tmp_path: Path) -> None:
+    """A 64 KiB filesystem filled to its last byte: the lock's holder line cannot be written."""
+    shell = f'mount -t tmpfs -o size=64k none {tmp_path} && {sys.executable} -c "$0" {tmp_path}'
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", shell, FILL_THEN_LOCK],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.split() == ["True", f"{tmp_path}/adhoc/cell/lock", "[]"], done.stderr

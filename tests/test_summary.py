@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from specbench import paths
 from specbench.metrics.summary import first_divergence, summarize
 from specbench.results.record import Record, tie_tolerance
 from specbench.results.store import read_records
+from specbench.results.summary import Summary
 
 
 def arm(
@@ -67,71 +69,140 @@ def records(tmp_path: Path) -> list[Record]:
 
 def test_summary_equals_hand_computed_values(records: list[Record]) -> None:
     s = summarize(records, greedy=True, round_unit="tokens")
-    assert s["n_samples"] == 2 and s["new_tokens"] == 10
-    assert s["tok_s"] == pytest.approx(10 / 3.0)
-    assert s["baseline_tok_s"] == pytest.approx(10 / 5.0)
-    assert s["speedup"] == pytest.approx((10 / 3.0) / (10 / 5.0))
+    assert s.n_samples == 2 and s.new_tokens == 10
+    assert s.tok_s == pytest.approx(10 / 3.0)
+    assert s.baseline_tok_s == pytest.approx(10 / 5.0)
+    assert s.speedup == pytest.approx((10 / 3.0) / (10 / 5.0))
     # Spec-Bench's speed.py: mean per-sample speed (3, 4) over the baseline's (2, 2)
-    assert s["speedup_specbench"] == pytest.approx(3.5 / 2.0)
+    assert s.speedup_specbench == pytest.approx(3.5 / 2.0)
     # dflash's benchmark: mean per-sample (wall - ttft) / tokens, baseline's over the method's
     method_tpot = ((2.0 - 0.5) / 6 + (1.0 - 0.3) / 4) / 2
-    assert s["speedup_dflash"] == pytest.approx(
-        ((3.0 - 0.5) / 6 + (2.0 - 0.3) / 4) / 2 / method_tpot
-    )
-    assert s["tau"] == pytest.approx(10 / 5)
-    assert s["acceptance_rate"] == pytest.approx(5 / 15)
-    assert s["emitted_hist"] == {"1": 1, "2": 3, "3": 1}
+    assert s.speedup_dflash == pytest.approx(((3.0 - 0.5) / 6 + (2.0 - 0.3) / 4) / 2 / method_tpot)
+    assert s.tau == pytest.approx(10 / 5)
+    assert s.acceptance_rate == pytest.approx(5 / 15)
+    assert s.emitted_hist == {"1": 1, "2": 3, "3": 1}
     # position 1: reached in all 5 rounds, kept in 4 (2,1,1,1 accepted >= 1 -> rounds a1, a3, b1, b2)
     # position 2: reached where drafted >= 2 and accepted >= 1: a1, b1, b2 -> kept only in a1
     # position 3: reached in a1 (accepted 2, drafted 4) -> not kept
-    assert s["accept_by_position"] == pytest.approx([4 / 5, 1 / 3, 0.0])
-    assert s["nfe_target"] == pytest.approx(2.5) and s["nfe_drafter"] == pytest.approx(7.5)
-    assert s["tpf"] == pytest.approx(10 / 20)
-    assert s["positions_per_call"] == pytest.approx(2.0)
-    assert s["ttft_ms"] == pytest.approx(400.0)
-    assert s["tpot_ms"] == pytest.approx(1000 * 2.2 / 8)
-    assert s["lossless_rate"] == pytest.approx(0.5)
-    assert s["tie_flip_rate"] == pytest.approx(0.5)
-    assert s["quality"] == {"rouge1": pytest.approx(0.375)}
-    assert s["baseline_quality"] == {"rouge1": pytest.approx(0.625)}
-    assert (s["n_rounds"], s["drafted"], s["accepted"]) == (5, 15, 5)
-    assert s["baseline_nfe"] == pytest.approx(5.0) and s["baseline_tpf"] == pytest.approx(1.0)
-    assert s["nfe_reduction"] == pytest.approx(5.0 / 2.5)
-    ref = s["vs"]["one_token_per_step"]
-    assert ref["speedup"] == pytest.approx((10 / 3.0) / (10 / 14.0))
-    assert ref["speedup_specbench"] == pytest.approx(3.5 / ((1.0 + 0.5) / 2))
-    assert ref["speedup_dflash"] == pytest.approx(
+    assert s.accept_by_position == pytest.approx([4 / 5, 1 / 3, 0.0])
+    assert s.nfe_target == pytest.approx(2.5) and s.nfe_drafter == pytest.approx(7.5)
+    assert s.tpf == pytest.approx(10 / 20)
+    assert s.positions_per_call == pytest.approx(2.0)
+    assert s.ttft_ms == pytest.approx(400.0)
+    assert s.tpot_ms == pytest.approx(1000 * 2.2 / 8)
+    assert s.lossless_rate == pytest.approx(0.5)
+    assert s.tie_flip_rate == pytest.approx(0.5)
+    assert s.quality == {"rouge1": pytest.approx(0.375)}
+    assert s.baseline_quality == {"rouge1": pytest.approx(0.625)}
+    assert (s.n_rounds, s.drafted, s.accepted) == (5, 15, 5)
+    assert s.baseline_nfe == pytest.approx(5.0) and s.baseline_tpf == pytest.approx(1.0)
+    assert s.nfe_reduction == pytest.approx(5.0 / 2.5)
+    ref = s.vs["one_token_per_step"]
+    assert ref.speedup == pytest.approx((10 / 3.0) / (10 / 14.0))
+    assert ref.speedup_specbench == pytest.approx(3.5 / ((1.0 + 0.5) / 2))
+    assert ref.speedup_dflash == pytest.approx(
         ((6.0 - 0.5) / 6 + (8.0 - 0.3) / 4) / 2 / method_tpot
     )
-    assert ref["nfe_reduction"] == pytest.approx(7.0 / 2.5) and ref["tpf"] == pytest.approx(10 / 14)
-    assert ref["quality"] == {"rouge1": pytest.approx(0.375)}
-    assert ref["identical_rate"] == pytest.approx(0.5)
+    assert ref.nfe_reduction == pytest.approx(7.0 / 2.5) and ref.tpf == pytest.approx(10 / 14)
+    assert ref.quality == {"rouge1": pytest.approx(0.375)}
+    assert ref.identical_rate == pytest.approx(0.5)
 
 
 def test_acceptance_is_reported_only_for_drafted_tokens(records: list[Record]) -> None:
     steps = summarize(records, greedy=True, round_unit="steps")
-    assert steps["round_unit"] == "steps" and steps["accepted_per_round"] == pytest.approx(1.0)
-    assert "acceptance_rate" not in steps and "accept_by_position" not in steps
+    assert steps.round_unit == "steps" and steps.accepted_per_round == pytest.approx(1.0)
+    assert steps.acceptance_rate is None and steps.accept_by_position is None
 
 
 def test_sampled_runs_report_no_token_level_lossless_rate(records: list[Record]) -> None:
     s = summarize(records, greedy=False)
-    assert s["lossless_rate"] is None and s["tie_flip_rate"] is None
+    assert s.lossless_rate is None and s.tie_flip_rate is None
 
 
 def test_an_unmeasured_divergence_leaves_the_tie_flip_rate_unknown(records: list[Record]) -> None:
     """A diffusion LLM's decoder has no top-2 logits to read: its divergences are not ties."""
     diverged = next(r for r in records if r.first_divergence is not None)
     diverged.tie_flip = None
-    assert summarize(records, greedy=True)["tie_flip_rate"] is None
+    assert summarize(records, greedy=True).tie_flip_rate is None
     diverged.tie_flip = False
-    assert summarize(records, greedy=True)["tie_flip_rate"] == pytest.approx(0.0)
+    assert summarize(records, greedy=True).tie_flip_rate == pytest.approx(0.0)
 
 
 def test_without_baseline_there_is_no_speedup(records: list[Record]) -> None:
     for r in records:
         r.baseline = None
-    assert "speedup" not in summarize(records, greedy=True)
+    s = summarize(records, greedy=True)
+    assert s.speedup is None and s.baseline_tok_s is None and s.lossless_rate is None
+
+
+def a_summary(records: list[Record]) -> Summary:
+    for r, category in zip(records, ["qa", "math"]):
+        r.meta["category"] = category
+    return Summary.of(
+        summarize(records, greedy=True, round_unit="tokens"),
+        run_id="sps-tiny-tiny-ar-tiny_code-0123abcd",
+        method="sps",
+        label="sps γ4",
+        target="tiny",
+        drafter="tiny-ar",
+        task="tiny_code",
+        baseline="the target's autoregressive decoding",
+        lossless=True,
+        lossless_wrt="the target's autoregressive decoding",
+        facts={"approximate_cache": False},
+        env="fixture machine | config 0123abcd",
+        forward_ms={"target_1": 5.0},
+        predicted_speedup=1.5,
+        prediction_gap=0.1,
+        prediction_flag=False,
+    )
+
+
+def test_a_summary_reads_back_as_it_was_written(records: list[Record]) -> None:
+    """Through JSON and back: the categories and reference arms typed, the method's facts at
+    the top level of the file and back in `facts`."""
+    summary = a_summary(records)
+    row = json.loads(json.dumps(summary.to_json()))
+    assert row["approximate_cache"] is False and "facts" not in row
+    assert Summary.from_json(row) == summary
+    assert Summary.from_json(row).by_category["math"].n_samples == 1
+    assert Summary.from_json(row).vs["one_token_per_step"].identical_rate == pytest.approx(0.5)
+
+
+def kept(old: object, new: object) -> bool:
+    """`new` holds every value of `old`; the keys only `new` has are null or empty."""
+    if not isinstance(old, dict):
+        return old == new
+    return (
+        isinstance(new, dict)
+        and all(k in new and kept(v, new[k]) for k, v in old.items())
+        and all(new[k] in (None, {}) for k in set(new) - set(old))
+    )
+
+
+def test_every_committed_summary_reads_back_unchanged() -> None:
+    """The stored results the figures are built from keep every value through the typed
+    summary; the metrics they predate come back null."""
+    stored = sorted(paths.REPO_ROOT.glob("results/**/summary.json"))
+    assert len(stored) > 50
+    for path in stored:
+        row = json.loads(path.read_text())
+        assert kept(row, json.loads(json.dumps(Summary.from_json(row).to_json()))), path
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        (lambda row: row.pop("run_id"), r"missing \['run_id'\]"),
+        (lambda row: row["vs"]["one_token_per_step"].update(speed=1), r"unknown \['speed'\]"),
+        (lambda row: row["by_category"]["qa"].update(drafts=1), r"unknown \['drafts'\]"),
+    ],
+)
+def test_a_file_of_another_schema_is_refused_by_name(records, change, why) -> None:
+    row = a_summary(records).to_json()
+    change(row)
+    with pytest.raises(ValueError, match=why):
+        Summary.from_json(row)
 
 
 def test_a_record_of_another_schema_is_refused_by_name() -> None:

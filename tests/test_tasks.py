@@ -149,7 +149,7 @@ def test_mbpp_canonical_solutions_pass_and_empty_ones_fail() -> None:
 
 def test_mbpp_rejects_an_unknown_variant() -> None:
     with pytest.raises(ConfigError, match="task.variant"):
-        MbppTask(MbppConfig(variant="tiny", source=str(DATA / "mbpp/mbpp.jsonl"))).samples()
+        MbppConfig(variant="tiny", source=str(DATA / "mbpp/mbpp.jsonl")).check()
 
 
 def test_the_dflash_chat_format_is_the_dflash_benchmarks_user_message() -> None:
@@ -174,7 +174,7 @@ def test_the_dflash_chat_format_is_the_dflash_benchmarks_user_message() -> None:
     by_id = {f"mbpp-{p['task_id']}": p["prompt"] for p in problems}
     assert all(s.turns == [by_id[s.id]] for s in MbppTask(sanitized).samples())
     with pytest.raises(ConfigError, match="task.chat_format='eagle'"):
-        Gsm8kTask(Gsm8kConfig(chat_format="eagle"))
+        Gsm8kConfig(chat_format="eagle").check()
 
     tokenizer = AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")  # its own copy
     tokenizer.chat_template = (
@@ -215,9 +215,9 @@ def test_spec_bench_has_six_categories_and_multi_turn_conversations() -> None:
     ).samples()
     assert len(only) == 80
     with pytest.raises(ConfigError, match="task.categories"):
-        SpecBenchTask(
-            SpecBenchConfig(source=str(DATA / "spec_bench/question.jsonl"), categories=["poetry"])
-        ).samples()
+        SpecBenchConfig(
+            source=str(DATA / "spec_bench/question.jsonl"), categories=["poetry"]
+        ).check()
 
 
 def test_a_missing_local_file_is_a_config_error() -> None:

@@ -182,4 +182,4 @@ def test_a_multi_turn_task_runs_end_to_end_with_categories(tmp_path) -> None:
     assert all(isinstance(r.method.text, list) and len(r.method.text) == 2 for r in records)
     assert all(r.first_divergence is None for r in records)  # greedy SpS: lossless, both turns
     assert all(r.baseline.text == r.method.text for r in records)
-    assert summary["by_category"]["mt_bench"]["n_samples"] == 3
+    assert summary.by_category["mt_bench"].n_samples == 3

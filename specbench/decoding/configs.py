@@ -1,21 +1,92 @@
-"""Every method's knobs: the dataclasses Hydra validates `conf/method/<name>.yaml` against.
+"""Every method's knobs: the dataclasses Hydra validates `conf/method/<name>.yaml` against,
+and their checks.
 
 They live apart from the methods' code, which needs torch, so that composing a config (and
-reporting a misspelt key) imports neither torch nor transformers: a second, not ten. A method's
-class names its dataclass as `Config`; this module stores each in Hydra's ConfigStore as
-`method/schema_<name>`, the name its YAML's defaults list gives.
+refusing a misspelt key or a knob out of range) imports neither torch nor transformers: a
+second, not ten. A method's class names its dataclass as `Config`; this module stores each in
+Hydra's ConfigStore as `method/schema_<name>`, the name its YAML's defaults list gives. Each
+`check(temperature, max_new)` raises `ConfigError` on a knob its method cannot run, reading no
+file's contents and loading no model.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
+
+from specbench.errors import ConfigError
+
+EXACT_RULES = ("greedy", "rejection")  # acceptance rules that keep the target's output
+LENIENT_RULES = ("ratio", "floor", "topk", "typical")  # lossy ones, each with its leniency
+Q_SOURCES = ("reveal_step", "final_step", "onehot")  # SpecDiff's proposal distributions
+POLICIES = ("quota", "threshold", "dynamic", "localleap", "origin")  # diffusion-LLM unmasking
+CONFIDENCES = ("maskgit_plus", "topk_margin", "entropy")
+
+
+def is_greedy(temperature: float) -> bool:
+    """Temperature 0 decodes by argmax (`Warp.greedy`)."""
+    return temperature == 0.0
+
+
+def _bounds(*checks: tuple[str, Any, bool, str]) -> None:
+    """Raise on the first (key, value, ok, allowed) that is not ok."""
+    for key, value, ok, allowed in checks:
+        if not ok:
+            raise ConfigError(key, value, allowed)
+
+
+def check_rule(name: str, leniency: float, temperature: float) -> None:
+    """A method's `rule` and `leniency` knobs: a known rule, greedy acceptance only for greedy
+    decoding, and a leniency in the rule's range."""
+    known = ("auto", *EXACT_RULES, *LENIENT_RULES)
+    greedy = is_greedy(temperature)
+    _bounds(
+        ("method.rule", name, name in known, f"allowed: {', '.join(known)}"),
+        (
+            "method.rule",
+            name,
+            name != "greedy" or greedy,
+            "greedy acceptance needs run.temperature=0; use auto or rejection",
+        ),
+        (
+            "method.rule",
+            name,
+            name != "ratio" or not greedy,
+            "ratio leniency needs run.temperature > 0",
+        ),
+    )
+    ranges = {
+        "ratio": (0 < leniency <= 1, "must be in (0, 1] (1 = exact)"),
+        "floor": (0 < leniency < 1, "must be a probability in (0, 1)"),
+        "topk": (leniency >= 1 and float(leniency).is_integer(), "must be an integer k >= 1"),
+        "typical": (0 < leniency < 1, "must be in (0, 1) (Medusa's epsilon)"),
+    }
+    if name in ranges:
+        _bounds(("method.leniency", leniency, *ranges[name]))
+
+
+def check_draft_length(gamma: int, max_new: int) -> None:
+    """A draft of 1 to `max_new` tokens: a longer one is cut to the tokens left, silently
+    measuring another gamma than the config names."""
+    _bounds(
+        (
+            "method.gamma",
+            gamma,
+            1 <= gamma <= max_new,
+            f"must be an integer in [1, max_new_tokens={max_new}]",
+        )
+    )
 
 
 @dataclass
 class ARConfig:
     name: str = "ar"
+
+    def check(self, temperature: float, max_new: int) -> None:
+        return None
 
 
 @dataclass
@@ -25,6 +96,18 @@ class SpSConfig:
     schedule: str = "constant"  # or heuristic: HF's (+2 after a fully accepted draft, -1 else)
     rule: str = "auto"  # greedy at temperature 0, rejection above; or a lenient rule (verify.py)
     leniency: float = 1.0  # the lenient rules' knob: ratio l, floor epsilon, top-k k, typical eps
+
+    def check(self, temperature: float, max_new: int) -> None:
+        check_draft_length(self.gamma, max_new)
+        _bounds(
+            (
+                "method.schedule",
+                self.schedule,
+                self.schedule in ("constant", "heuristic"),
+                "allowed: constant, heuristic",
+            )
+        )
+        check_rule(self.rule, self.leniency, temperature)
 
 
 @dataclass
@@ -38,6 +121,24 @@ class SpecDiffConfig:
     # draw MDLM's whole-sequence uniforms (prefix rows too) so a seed reproduces upstream's
     # drafts token for token; off, a step draws uniforms for the block's rows only (same law)
     upstream_rng: bool = False
+
+    def check(self, temperature: float, max_new: int) -> None:
+        check_draft_length(self.gamma, max_new)
+        _bounds(
+            (
+                "method.steps",
+                self.steps,
+                self.steps >= 1,
+                "must be an integer >= 1 (T, denoising steps)",
+            ),
+            (
+                "method.q_source",
+                self.q_source,
+                self.q_source in Q_SOURCES,
+                f"allowed: {', '.join(Q_SOURCES)}",
+            ),
+        )
+        check_rule(self.rule, self.leniency, temperature)
 
 
 @dataclass
@@ -59,6 +160,37 @@ class DiffuSpecConfig:
     # "task": the measured task's training text (`Task.train_texts`); or a text/JSONL file
     ngram_corpus: str = "task"
 
+    def uses_ngram(self) -> bool:
+        """CPS mixes the n-gram model in unless its weight is the drafter's alone."""
+        return self.cps and self.lam < 1
+
+    def check(self, temperature: float, max_new: int) -> None:
+        _bounds(
+            (
+                "run.temperature",
+                temperature,
+                is_greedy(temperature),
+                "diffuspec verifies greedily here: use 0",
+            ),
+            ("method.k_min", self.k_min, 1 <= self.k_min <= self.k_max, "must be in [1, k_max]"),
+            ("method.k", self.k, self.k >= 1, "must be >= 1"),
+            ("method.rho", self.rho, 0 < self.rho <= 1, "must be in (0, 1]"),
+            ("method.tau", self.tau, 0 < self.tau <= 1, "must be in (0, 1]"),
+            ("method.lam", self.lam, 0 <= self.lam <= 1, "must be in [0, 1]"),
+            ("method.m_max", self.m_max, self.m_max >= 1, "must be >= 1"),
+            ("method.beam", self.beam, self.beam >= 1, "must be >= 1"),
+            ("method.refine_steps", self.refine_steps, self.refine_steps >= 1, "must be >= 1"),
+            ("method.ngram_order", self.ngram_order, self.ngram_order >= 1, "must be >= 1"),
+            (
+                "method.ngram_corpus",
+                self.ngram_corpus,
+                not self.uses_ngram()
+                or self.ngram_corpus == "task"
+                or Path(self.ngram_corpus).is_file(),
+                "allowed: task, or a text/JSONL file",
+            ),
+        )
+
 
 @dataclass
 class DFlashConfig:
@@ -68,6 +200,17 @@ class DFlashConfig:
     block_size: int | None = None
     rule: str = "auto"  # greedy at temperature 0, rejection above; or a lenient rule (verify.py)
     leniency: float = 1.0  # the lenient rules' knob: ratio l, floor epsilon, top-k k, typical eps
+
+    def check(self, temperature: float, max_new: int) -> None:
+        _bounds(
+            (
+                "method.block_size",
+                self.block_size,
+                self.block_size is None or self.block_size >= 2,
+                "must be >= 2, or null (the checkpoint's)",
+            )
+        )
+        check_rule(self.rule, self.leniency, temperature)
 
 
 @dataclass
@@ -92,6 +235,77 @@ class SpatialConfig:
     # quota without a cache too, whose bf16 ties fall otherwise than in LLaDA's bf16 ranking
     reference: str = "auto"
 
+    def check(self, temperature: float, max_new: int) -> None:
+        _bounds(
+            (
+                "run.temperature",
+                temperature,
+                is_greedy(temperature),
+                "diffusion-LLM decoders here are greedy; allowed: 0",
+            ),
+            ("method.block_length", self.block_length, self.block_length >= 1, "must be >= 1"),
+            (
+                "method.steps",
+                self.steps,
+                self.steps is None or self.steps >= 1,
+                "must be null (one token per step) or >= 1",
+            ),
+            (
+                "method.policy",
+                self.policy,
+                self.policy in POLICIES,
+                f"allowed: {', '.join(POLICIES)}",
+            ),
+            (
+                "method.confidence",
+                self.confidence,
+                self.confidence in CONFIDENCES,
+                f"allowed: {', '.join(CONFIDENCES)}",
+            ),
+            (
+                "method.confidence",
+                self.confidence,
+                self.policy == "quota" or self.confidence != "entropy",
+                f"policy {self.policy} compares confidences with thresholds in [0, 1]; "
+                "allowed: maskgit_plus, topk_margin",
+            ),
+            (
+                "method.schedule",
+                self.schedule,
+                self.schedule in ("llada", "dream"),
+                "allowed: llada, dream",
+            ),
+            (
+                "method.reference",
+                self.reference,
+                self.reference in ("auto", "llada", "fast_dllm"),
+                "allowed: auto, llada, fast_dllm",
+            ),
+            *(
+                (
+                    f"method.{key}",
+                    getattr(self, key),
+                    0 <= getattr(self, key) <= 1,
+                    "must be in [0, 1]",
+                )
+                for key in ("threshold", "relaxed_threshold")
+            ),
+            ("method.factor", self.factor, self.factor > 0, "must be > 0"),
+            ("method.window", self.window, self.window >= 0, "must be >= 0"),
+        )
+
+    def check_replayable(self) -> None:
+        """Speculation replays the policy to draft: a random policy has nothing to replay."""
+        allowed = ", ".join(p for p in POLICIES if p != "origin")
+        _bounds(
+            (
+                "method.policy",
+                self.policy,
+                self.policy != "origin",
+                f"is random, so it cannot draft; allowed: {allowed}",
+            )
+        )
+
 
 @dataclass
 class DLLMConfig(SpatialConfig):
@@ -108,6 +322,24 @@ class PSDConfig(DLLMConfig):
     # policies always replay (their counts are known)
     draft_width: str = "last"
 
+    def check(self, temperature: float, max_new: int) -> None:
+        super().check(temperature, max_new)
+        self.check_replayable()
+        _bounds(
+            (
+                "method.depth",
+                self.depth,
+                self.depth >= 0,
+                "must be >= 0 (0 = the policy's decoder)",
+            ),
+            (
+                "method.draft_width",
+                self.draft_width,
+                self.draft_width in ("last", "replay"),
+                "allowed: last, replay",
+            ),
+        )
+
 
 @dataclass
 class SpiffyConfig(DLLMConfig):
@@ -120,6 +352,35 @@ class SpiffyConfig(DLLMConfig):
     calibration: str = "task"
     calibration_samples: int = 50
     calibration_new_tokens: int = 128
+
+    def check(self, temperature: float, max_new: int) -> None:
+        super().check(temperature, max_new)
+        self.check_replayable()
+        _bounds(
+            ("method.nodes", self.nodes, self.nodes >= 1, "must be >= 1"),
+            (
+                "method.keep",
+                self.keep,
+                self.keep is None or 1 <= self.keep <= self.nodes,
+                f"must be null or in [1, nodes={self.nodes}]",
+            ),
+            (
+                "method.graph",
+                self.graph,
+                self.graph is None or Path(self.graph).exists(),
+                "no such file; null calibrates a graph",
+            ),
+            (
+                "method.calibration",
+                self.calibration,
+                self.calibration == "task" or Path(self.calibration).exists(),
+                "allowed: task, or a JSONL file of prompts",
+            ),
+            *(
+                (f"method.{key}", getattr(self, key), getattr(self, key) >= 1, "must be >= 1")
+                for key in ("calibration_samples", "calibration_new_tokens")
+            ),
+        )
 
 
 def _register() -> None:

@@ -14,6 +14,7 @@ from specbench.method import Method
 from specbench.metrics import cost
 from specbench.metrics.speed import Stopwatch
 from specbench.models.causal import CausalLM
+from specbench.results.summary import Summary
 
 
 class Drafter(ABC):
@@ -152,5 +153,7 @@ class DraftVerifyMethod(Method):
 
     round_unit = "tokens"
 
-    def cost_model(self, decoder: SpeculativeDecoder, prompt_ids: list[int], summary: dict) -> dict:
+    def cost_model(
+        self, decoder: SpeculativeDecoder, prompt_ids: list[int], summary: Summary
+    ) -> dict:
         return cost.speculative(decoder, prompt_ids, summary)

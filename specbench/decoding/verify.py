@@ -13,7 +13,6 @@ from collections.abc import Callable
 import torch
 
 from specbench.decoding.warp import Warp
-from specbench.errors import ConfigError
 
 AcceptanceRule = Callable[
     [torch.Tensor, torch.Tensor | None, list[int], Warp, torch.Generator], tuple[int, int]
@@ -156,25 +155,3 @@ def is_lossless(name: str, warp: Warp) -> bool:
     """Only the exact rules preserve the target's output (a lenient rule at its exact setting
     is still labelled lossy: its config says a lenient rule ran)."""
     return resolve_rule(name, warp) in RULES
-
-
-def check_rule(name: str, leniency: float, warp: Warp) -> None:
-    """A method's `rule` and `leniency` knobs: a known rule, greedy acceptance only for greedy
-    decoding, and a leniency in the rule's range."""
-    known = ("auto", *RULES, *LENIENT)
-    if name not in known:
-        raise ConfigError("method.rule", name, f"allowed: {', '.join(known)}")
-    if name == "greedy" and not warp.greedy:
-        raise ConfigError(
-            "method.rule", name, "greedy acceptance needs run.temperature=0; use auto or rejection"
-        )
-    if name == "ratio" and warp.greedy:
-        raise ConfigError("method.rule", name, "ratio leniency needs run.temperature > 0")
-    ranges = {
-        "ratio": (0 < leniency <= 1, "must be in (0, 1] (1 = exact)"),
-        "floor": (0 < leniency < 1, "must be a probability in (0, 1)"),
-        "topk": (leniency >= 1 and float(leniency).is_integer(), "must be an integer k >= 1"),
-        "typical": (0 < leniency < 1, "must be in (0, 1) (Medusa's epsilon)"),
-    }
-    if name in ranges and not ranges[name][0]:
-        raise ConfigError("method.leniency", leniency, ranges[name][1])

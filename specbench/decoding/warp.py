@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from specbench.decoding.configs import is_greedy
+
 
 @dataclass(frozen=True)
 class Warp:
@@ -16,7 +18,7 @@ class Warp:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return is_greedy(self.temperature)
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """Warped next-token distributions for each row of `logits`; one-hot at temperature 0."""

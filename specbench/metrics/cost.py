@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from specbench.metrics.speed import synchronize
+from specbench.results.summary import Metrics
 
 GAP = 0.10  # a measured speedup further than this from the prediction is flagged
 
@@ -63,20 +64,20 @@ def verdict(predicted: float, measured: float | None) -> dict[str, Any]:
 def speculative(
     decoder: Any,
     prompt_ids: list[int],
-    summary: dict[str, Any],
+    summary: Metrics,
     before_draft: Callable[[list[int]], Any] = lambda context: None,
 ) -> dict[str, Any]:
     """A `SpeculativeDecoder`'s prediction: acceptance by position and calls per round from the
     records, forward costs timed on its own target and drafter. `before_draft(context)` gives
     a drafter that reads the target what a round's verification would have shown it."""
-    rounds = summary["n_rounds"]
+    rounds = summary.n_rounds
     if not rounds:
         return {}
-    gamma = summary["drafted"] / rounds
+    gamma = summary.drafted / rounds
     target, drafter = decoder.target, decoder.drafter
     n = max(1, round(gamma))
     # timed halfway through a generation: the mean context a decoding forward reads
-    half = summary["new_tokens"] // (2 * summary["n_samples"])
+    half = summary.new_tokens // (2 * summary.n_samples)
     prompt_ids = prompt_ids + [prompt_ids[-1]] * half
     target.prefill(prompt_ids)
     length = target.length
@@ -92,8 +93,8 @@ def speculative(
     # drafter that caches its prefix encodes them inside its first call; past the mean
     # generation's end, where decoding stops, the context starts again from the middle
     generator = torch.Generator(device=target.device)
-    grow = max(1, round(summary["tau"]))
-    room = max(1, (summary["new_tokens"] // summary["n_samples"] - half) // grow)
+    grow = max(1, round(summary.tau))
+    room = max(1, (summary.new_tokens // summary.n_samples - half) // grow)
     contexts = iter([prompt_ids + [prompt_ids[-1]] * (grow * (i % room)) for i in range(64)])
 
     def draft(context: list[int]) -> int:
@@ -107,9 +108,9 @@ def speculative(
         f"target_{n + 1}": verify(n + 1),
         "drafter_call": drafter_ms / max(1, statistics.median(nfe)),
     }
-    calls = summary["nfe_drafter"] * summary["n_samples"] / rounds
-    predicted = predict_speculative(summary["accept_by_position"][:n], calls, forward_ms, n)
-    return {"forward_ms": forward_ms, **verdict(predicted, summary.get("speedup"))}
+    calls = summary.nfe_drafter * summary.n_samples / rounds
+    predicted = predict_speculative(summary.accept_by_position[:n], calls, forward_ms, n)
+    return {"forward_ms": forward_ms, **verdict(predicted, summary.speedup)}
 
 
 def predict_speculative(
@@ -124,7 +125,7 @@ def predict_speculative(
     return expected * forward_ms["target_1"] / round_ms
 
 
-def block(decoder: Any, prompt_ids: list[int], summary: dict[str, Any]) -> dict[str, Any]:
+def block(decoder: Any, prompt_ids: list[int], summary: Metrics) -> dict[str, Any]:
     """A diffusion-LLM decoder's prediction: calls from the records, the cost of a call timed
     at the method's and the baseline's mean rows per call (a block behind the prompt)."""
     target, width = decoder.target, decoder.cfg.block_length
@@ -132,7 +133,7 @@ def block(decoder: Any, prompt_ids: list[int], summary: dict[str, Any]) -> dict[
     canvas = torch.tensor([prompt_ids + [target.mask_id] * width], device=target.device)
     target.reset()
     target.canvas_logits(canvas, lo, lo + width)  # fills a prefix cache once, as decoding does
-    rows = max(1, round(summary["positions_per_call"] / summary["baseline_positions_per_call"]))
+    rows = max(1, round(summary.positions_per_call / summary.baseline_positions_per_call))
     forward_ms = {
         "call_1_row": median_ms(
             lambda: target.canvas_logits(canvas, lo, lo + width), target.device
@@ -141,7 +142,7 @@ def block(decoder: Any, prompt_ids: list[int], summary: dict[str, Any]) -> dict[
             lambda: decoder.verify_call(canvas, lo, lo + width, rows), target.device
         ),
     }
-    predicted = (summary["tpf"] / summary["baseline_tpf"]) * (
+    predicted = (summary.tpf / summary.baseline_tpf) * (
         forward_ms["call_1_row"] / forward_ms[f"call_{rows}_rows"]
     )
-    return {"forward_ms": forward_ms, **verdict(predicted, summary.get("speedup"))}
+    return {"forward_ms": forward_ms, **verdict(predicted, summary.speedup)}

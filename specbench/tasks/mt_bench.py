@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from specbench.config import ModelConfig
+from specbench.errors import ConfigError
 from specbench.registry import TaskSpec, register_task
 from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
 
@@ -61,6 +62,13 @@ class MtBenchConfig(TaskConfig):
     max_new_tokens: int = 512
     judge: str | None = None  # a local instruct model (hub id or directory) grading each turn
     judge_max_new_tokens: int = 512
+
+    def check(self) -> None:
+        super().check()
+        if self.judge_max_new_tokens < 1:
+            raise ConfigError(
+                "task.judge_max_new_tokens", self.judge_max_new_tokens, "must be an integer >= 1"
+            )
 
 
 class MtBenchTask(Task):

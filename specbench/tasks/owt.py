@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from specbench.errors import ConfigError
 from specbench.metrics.quality import OracleLM
 from specbench.registry import TaskSpec, register_task
 from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
@@ -29,6 +30,12 @@ class OwtConfig(TaskConfig):
     prefix_tokens: int = 64  # the document's first tokens, the prompt
     max_new_tokens: int = 128
     oracle: str | None = "${target.name_or_path}"  # the LM scoring perplexity; null skips it
+
+    def check(self) -> None:
+        super().check()
+        for key in ("documents", "prefix_tokens"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"task.{key}", getattr(self, key), "must be an integer >= 1")
 
 
 class OwtTask(Task):

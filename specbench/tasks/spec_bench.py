@@ -36,14 +36,17 @@ class SpecBenchConfig(TaskConfig):
     multi_turn: bool = True  # MT-Bench questions: both turns (Spec-Bench's protocol), or the first
     max_new_tokens: int = 1024
 
+    def check(self) -> None:
+        super().check()
+        unknown = [c for c in self.categories if c not in CATEGORIES]
+        if unknown:
+            raise ConfigError("task.categories", unknown, f"allowed: {', '.join(CATEGORIES)}")
+
 
 class SpecBenchTask(Task):
     name = "spec_bench"
 
     def samples(self) -> list[Sample]:
-        unknown = [c for c in self.cfg.categories if c not in CATEGORIES]
-        if unknown:
-            raise ConfigError("task.categories", unknown, f"allowed: {', '.join(CATEGORIES)}")
         rows = read_jsonl(
             local_source(self.cfg.source, "Spec-Bench's question.jsonl"),
             "task.source",

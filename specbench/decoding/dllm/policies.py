@@ -46,47 +46,6 @@ from specbench.decoding.configs import SpatialConfig
 from specbench.errors import ConfigError
 from specbench.models.diffusion import ADAPTERS
 
-POLICIES = ("quota", "threshold", "dynamic", "localleap", "origin")
-CONFIDENCES = ("maskgit_plus", "topk_margin", "entropy")
-
-
-def check_spatial(cfg: SpatialConfig) -> None:
-    if cfg.block_length < 1:
-        raise ConfigError("method.block_length", cfg.block_length, "must be >= 1")
-    if cfg.steps is not None and cfg.steps < 1:
-        raise ConfigError("method.steps", cfg.steps, "must be null (one token per step) or >= 1")
-    if cfg.policy not in POLICIES:
-        raise ConfigError("method.policy", cfg.policy, f"allowed: {', '.join(POLICIES)}")
-    if cfg.confidence not in CONFIDENCES:
-        raise ConfigError("method.confidence", cfg.confidence, f"allowed: {', '.join(CONFIDENCES)}")
-    if cfg.policy != "quota" and cfg.confidence == "entropy":
-        raise ConfigError(
-            "method.confidence",
-            cfg.confidence,
-            f"policy {cfg.policy} compares confidences with thresholds in [0, 1]; "
-            "allowed: maskgit_plus, topk_margin",
-        )
-    if cfg.schedule not in ("llada", "dream"):
-        raise ConfigError("method.schedule", cfg.schedule, "allowed: llada, dream")
-    if cfg.reference not in ("auto", "llada", "fast_dllm"):
-        raise ConfigError("method.reference", cfg.reference, "allowed: auto, llada, fast_dllm")
-    for key in ("threshold", "relaxed_threshold"):
-        if not 0 <= getattr(cfg, key) <= 1:
-            raise ConfigError(f"method.{key}", getattr(cfg, key), "must be in [0, 1]")
-    if cfg.factor <= 0:
-        raise ConfigError("method.factor", cfg.factor, "must be > 0")
-    if cfg.window < 0:
-        raise ConfigError("method.window", cfg.window, "must be >= 0")
-
-
-def check_replayable(cfg: SpatialConfig) -> None:
-    """Speculation replays the policy to draft: a random policy has nothing to replay."""
-    if cfg.policy == "origin":
-        allowed = ", ".join(p for p in POLICIES if p != "origin")
-        raise ConfigError(
-            "method.policy", cfg.policy, f"is random, so it cannot draft; allowed: {allowed}"
-        )
-
 
 def check_cache(cfg: SpatialConfig, target: ModelConfig) -> None:
     """A prefix cache only where the adapter has one (MDLM's has none); the dual cache extends

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from specbench.decoding.configs import PSDConfig
-from specbench.decoding.dllm.policies import Policy, check_replayable, one_token_per_step
+from specbench.decoding.dllm.policies import Policy, one_token_per_step
 from specbench.decoding.dllm.vanilla import (
     BlockDecoder,
     DiffusionLLMMethod,
@@ -27,7 +27,6 @@ from specbench.decoding.dllm.vanilla import (
     Trace,
     vanilla,
 )
-from specbench.errors import ConfigError
 from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.registry import METHODS
 
@@ -129,10 +128,6 @@ class SpeculativeDLLMMethod(DiffusionLLMMethod):
     baseline_name = OWN_POLICY
     round_unit = "steps"
 
-    def check(self) -> None:
-        super().check()
-        check_replayable(self.cfg)
-
     def baseline(self, target: MaskedDiffusionLM) -> BlockDecoder:
         return BlockDecoder(target, self.cfg)
 
@@ -146,15 +141,6 @@ class PSD(SpeculativeDLLMMethod):
     name = "psd"
     Config = PSDConfig
     marker = "D"
-
-    def check(self) -> None:
-        super().check()
-        if self.cfg.depth < 0:
-            raise ConfigError(
-                "method.depth", self.cfg.depth, "must be >= 0 (0 = the policy's decoder)"
-            )
-        if self.cfg.draft_width not in ("last", "replay"):
-            raise ConfigError("method.draft_width", self.cfg.draft_width, "allowed: last, replay")
 
     def build(self, target: MaskedDiffusionLM, drafter: None, task: object) -> PSDDecoder:
         return PSDDecoder(target, self.cfg)

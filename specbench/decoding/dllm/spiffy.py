@@ -292,23 +292,6 @@ class Spiffy(SpeculativeDLLMMethod):
     Config = SpiffyConfig
     marker = "P"
 
-    def check(self) -> None:
-        super().check()
-        cfg = self.cfg
-        if cfg.nodes < 1:
-            raise ConfigError("method.nodes", cfg.nodes, "must be >= 1")
-        if cfg.keep is not None and not 1 <= cfg.keep <= cfg.nodes:
-            raise ConfigError("method.keep", cfg.keep, f"must be null or in [1, nodes={cfg.nodes}]")
-        if cfg.graph is not None and not Path(cfg.graph).exists():
-            raise ConfigError("method.graph", cfg.graph, "no such file; null calibrates a graph")
-        if cfg.calibration != "task" and not Path(cfg.calibration).exists():
-            raise ConfigError(
-                "method.calibration", cfg.calibration, "allowed: task, or a JSONL file of prompts"
-            )
-        for key in ("calibration_samples", "calibration_new_tokens"):
-            if getattr(cfg, key) < 1:
-                raise ConfigError(f"method.{key}", getattr(cfg, key), "must be >= 1")
-
     def check_task(self, task: Task, samples: list[Sample]) -> None:
         if self.cfg.graph is None:
             check_disjoint(calibration_samples(self.cfg, task), samples, "method.calibration")

@@ -25,18 +25,17 @@ from specbench.decoding.dllm.policies import (
     Policy,
     SpatialConfig,
     check_cache,
-    check_spatial,
     greedy_confidence,
     make_policy,
     one_token_per_step,
 )
 from specbench.decoding.generation import Generation, Stop
-from specbench.errors import ConfigError
 from specbench.method import Method
 from specbench.metrics import cost
 from specbench.metrics.speed import Stopwatch
 from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.registry import METHODS
+from specbench.results.summary import Summary
 
 
 @dataclass
@@ -242,19 +241,10 @@ class DiffusionLLMMethod(Method):
     target_kind = "diffusion"
     marker = "*"
 
-    def check(self) -> None:
-        check_spatial(self.cfg)
-        if not self.warp.greedy:
-            raise ConfigError(
-                "run.temperature",
-                self.warp.temperature,
-                "diffusion-LLM decoders here are greedy; allowed: 0",
-            )
-
     def check_target(self, target: ModelConfig) -> None:
         check_cache(self.cfg, target)
 
-    def cost_model(self, decoder: BlockDecoder, prompt_ids: list[int], summary: dict) -> dict:
+    def cost_model(self, decoder: BlockDecoder, prompt_ids: list[int], summary: Summary) -> dict:
         return cost.block(decoder, prompt_ids, summary)
 
     def top2_logits(self, target: MaskedDiffusionLM, prefix: list[int]) -> None:

@@ -14,9 +14,8 @@ from specbench.decoding.speculative import (
     GammaSchedule,
     SpeculativeDecoder,
 )
-from specbench.decoding.verify import check_rule, is_lossless, make_rule, resolve_rule
+from specbench.decoding.verify import is_lossless, make_rule, resolve_rule
 from specbench.decoding.warp import Warp
-from specbench.errors import ConfigError
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
 from specbench.registry import METHODS
@@ -102,14 +101,6 @@ class SpS(DraftVerifyMethod):
     Config = SpSConfig
     drafter_kind = "causal"
     marker = "o"
-
-    def check(self) -> None:
-        cfg = self.cfg
-        if cfg.gamma < 1:
-            raise ConfigError("method.gamma", cfg.gamma, "must be an integer >= 1")
-        if cfg.schedule not in ("constant", "heuristic"):
-            raise ConfigError("method.schedule", cfg.schedule, "allowed: constant, heuristic")
-        check_rule(cfg.rule, cfg.leniency, self.warp)
 
     def build(self, target: CausalLM, drafter: CausalLM, task: object) -> SpeculativeDecoder:
         cfg, warp = self.cfg, self.warp

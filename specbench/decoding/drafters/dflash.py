@@ -37,9 +37,8 @@ from specbench.decoding.speculative import (
     GammaSchedule,
     SpeculativeDecoder,
 )
-from specbench.decoding.verify import check_rule, is_lossless, make_rule
+from specbench.decoding.verify import is_lossless, make_rule
 from specbench.decoding.warp import Warp
-from specbench.errors import ConfigError
 from specbench.metrics import cost
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
@@ -53,6 +52,7 @@ from specbench.models.compiled import (
     settled,
 )
 from specbench.registry import METHODS
+from specbench.results.summary import Summary
 
 
 def draft_value(config: Any, name: str, default: Any = None) -> Any:
@@ -240,14 +240,6 @@ class DFlash(DraftVerifyMethod):
     drafter_kind = "dflash"
     marker = "*"
 
-    def check(self) -> None:
-        cfg = self.cfg
-        if cfg.block_size is not None and cfg.block_size < 2:
-            raise ConfigError(
-                "method.block_size", cfg.block_size, "must be >= 2, or null (the checkpoint's)"
-            )
-        check_rule(cfg.rule, cfg.leniency, self.warp)
-
     def build(self, target: CausalLM, drafter: torch.nn.Module, task: object) -> SpeculativeDecoder:
         cfg, warp = self.cfg, self.warp
         block_size = cfg.block_size or drafter.block_size
@@ -268,7 +260,9 @@ class DFlash(DraftVerifyMethod):
             ["dflash", *block, *rule_label(self.cfg.rule, self.cfg.leniency, self.warp)]
         )
 
-    def cost_model(self, decoder: SpeculativeDecoder, prompt_ids: list[int], summary: dict) -> dict:
+    def cost_model(
+        self, decoder: SpeculativeDecoder, prompt_ids: list[int], summary: Summary
+    ) -> dict:
         """Leviathan et al.'s model with one drafter call on a block per round; each timed call
         first sees features for the positions its context added (their values do not change
         the cost)."""

@@ -14,7 +14,6 @@ import json
 import math
 import time
 from dataclasses import asdict
-from pathlib import Path
 
 import numba
 import numpy as np
@@ -245,37 +244,10 @@ class DiffuSpec(DraftVerifyMethod):
     drafter_kind = "diffusion"
     marker = "v"
 
-    def check(self) -> None:
-        cfg, warp = self.cfg, self.warp
-        if not warp.greedy:
-            raise ConfigError(
-                "run.temperature", warp.temperature, "diffuspec verifies greedily here: use 0"
-            )
-        bounds = [
-            ("method.k_min", cfg.k_min, 1 <= cfg.k_min <= cfg.k_max, "must be in [1, k_max]"),
-            ("method.k", cfg.k, cfg.k >= 1, "must be >= 1"),
-            ("method.rho", cfg.rho, 0 < cfg.rho <= 1, "must be in (0, 1]"),
-            ("method.tau", cfg.tau, 0 < cfg.tau <= 1, "must be in (0, 1]"),
-            ("method.lam", cfg.lam, 0 <= cfg.lam <= 1, "must be in [0, 1]"),
-            ("method.m_max", cfg.m_max, cfg.m_max >= 1, "must be >= 1"),
-            ("method.beam", cfg.beam, cfg.beam >= 1, "must be >= 1"),
-            ("method.refine_steps", cfg.refine_steps, cfg.refine_steps >= 1, "must be >= 1"),
-            ("method.ngram_order", cfg.ngram_order, cfg.ngram_order >= 1, "must be >= 1"),
-        ]
-        for key, value, ok, allowed in bounds:
-            if not ok:
-                raise ConfigError(key, value, allowed)
-        corpus = cfg.ngram_corpus
-        if self.uses_ngram() and corpus != "task" and not Path(corpus).is_file():
-            raise ConfigError("method.ngram_corpus", corpus, "allowed: task, or a text/JSONL file")
-
-    def uses_ngram(self) -> bool:
-        return self.cfg.cps and self.cfg.lam < 1
-
     def check_task(self, task: Task, samples: list) -> None:
         """The n-gram is fitted on the task's training text: a task without one needs a file
         (or no n-gram)."""
-        if self.uses_ngram() and self.cfg.ngram_corpus == "task" and not task.train_texts():
+        if self.cfg.uses_ngram() and self.cfg.ngram_corpus == "task" and not task.train_texts():
             raise ConfigError(
                 "method.ngram_corpus",
                 "task",
@@ -288,7 +260,7 @@ class DiffuSpec(DraftVerifyMethod):
     ) -> SpeculativeDecoder:
         cfg = self.cfg
         ngram = None
-        if self.uses_ngram():
+        if self.cfg.uses_ngram():
             task_data = json.dumps(asdict(task.cfg), sort_keys=True, default=str)
             corpus = f"task:{task_data}" if cfg.ngram_corpus == "task" else cfg.ngram_corpus
             key = f"{corpus}|{target.tokenizer.name_or_path}"

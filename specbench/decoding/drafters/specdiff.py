@@ -47,16 +47,14 @@ from specbench.decoding.speculative import (
     GammaSchedule,
     SpeculativeDecoder,
 )
-from specbench.decoding.verify import check_rule, is_lossless, make_rule, resolve_rule
+from specbench.decoding.verify import is_lossless, make_rule, resolve_rule
 from specbench.decoding.warp import Warp
-from specbench.errors import ConfigError
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
 from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.registry import METHODS
 
 EPS = 1e-5
-Q_SOURCES = ("reveal_step", "final_step", "onehot")
 
 
 def real_token_logits(
@@ -240,18 +238,6 @@ class SpecDiff(DraftVerifyMethod):
     Config = SpecDiffConfig
     drafter_kind = "diffusion"
     marker = "^"
-
-    def check(self) -> None:
-        cfg = self.cfg
-        if cfg.gamma < 1:
-            raise ConfigError("method.gamma", cfg.gamma, "must be an integer >= 1")
-        if cfg.steps < 1:
-            raise ConfigError(
-                "method.steps", cfg.steps, "must be an integer >= 1 (T, denoising steps)"
-            )
-        if cfg.q_source not in Q_SOURCES:
-            raise ConfigError("method.q_source", cfg.q_source, f"allowed: {', '.join(Q_SOURCES)}")
-        check_rule(cfg.rule, cfg.leniency, self.warp)
 
     def build(
         self, target: CausalLM, drafter: MaskedDiffusionLM, task: object

@@ -1,0 +1,222 @@
+"""The tiny world's training: tokenizer, target, drafters and the tiny_code task, in stages
+(`specbench-tiny train`, in `cli.py`, parses the command without importing torch)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from specbench import paths
+from specbench.models.random_dflash import save_dflash
+from specbench.models.tiny import corpus
+from specbench.models.tiny.cli import STAGES
+from specbench.models.tiny.dflash import (
+    dflash_drafter,
+    evaluate_dflash,
+    greedy_continuations,
+    target_features,
+    train_dflash,
+)
+from specbench.models.tiny.dlm import from_causal
+from specbench.models.tiny.tokenizer import train_tokenizer
+from specbench.models.tiny.train import (
+    Schedule,
+    Shape,
+    causal_model,
+    evaluate_causal,
+    evaluate_dlm,
+    token_stream,
+    train_causal,
+    train_dlm,
+)
+
+TARGET = Shape(hidden=320, layers=6, heads=5, ffn=864)
+DRAFTER = Shape(hidden=128, layers=2, heads=2, ffn=344)
+TINY_CODE = {"samples": 100, "prefix_tokens": 128, "continuation_tokens": 128, "seed": 0}
+# tiny-dflash: 2 layers (a third of the target's, as z-lab's 5 of Qwen3-8B's 36 are a seventh),
+# blocks of 16, trained on the target's greedy continuations of training-split prefixes
+DFLASH = {"layers": 2, "block": 16, "sequences": 8192, "prefix": 64, "new": 192, "blocks": 12}
+
+
+def save(
+    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, out: Path, report: dict
+) -> None:
+    """Half precision keeps the committed checkpoints small; loading upcasts to run.dtype."""
+    model.to(torch.float16).save_pretrained(out)
+    model.to(torch.float32)
+    tokenizer.save_pretrained(out)
+    (out / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+
+
+def tiny_code_samples(tokenizer: PreTrainedTokenizerBase) -> list[dict]:
+    """Prefixes cut at random places of the held-out modules; the reference is what follows."""
+    rng = random.Random(TINY_CODE["seed"])
+    n_prefix, n_cont = TINY_CODE["prefix_tokens"], TINY_CODE["continuation_tokens"]
+    modules = [
+        (p, tokenizer(t)["input_ids"])
+        for p, t in zip(corpus.files("heldout"), corpus.texts("heldout"))
+    ]
+    modules = [(p, ids) for p, ids in modules if len(ids) > n_prefix + n_cont]
+    samples = []
+    for i in range(TINY_CODE["samples"]):
+        path, ids = modules[rng.randrange(len(modules))]
+        cut = rng.randrange(n_prefix, len(ids) - n_cont)
+        samples.append(
+            {
+                "id": f"tiny_code-{i:03d}",
+                "module": path.relative_to(corpus.stdlib_root()).as_posix(),
+                "prompt": tokenizer.decode(ids[cut - n_prefix : cut]),
+                "reference": tokenizer.decode(ids[cut : cut + n_cont]),
+            }
+        )
+    return samples
+
+
+def _mean_tail(values: list[float], n: int = 50) -> float:
+    return sum(values[-n:]) / len(values[-n:])
+
+
+def earlier(out: Path, stage: str) -> Path:
+    """Where a stage this run does not train is read from: `out`, else the committed one."""
+    return out / stage if (out / stage / "config.json").exists() else paths.TINY_DIR / stage
+
+
+def train(args: argparse.Namespace) -> None:
+    """Stages run in order; a stage left out is read back (`earlier`), so the drafters can be
+    retrained (or trained in parallel processes) against an existing target."""
+    out = Path(args.out)
+    stages = args.only or STAGES
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    if "tiny" in stages:
+        tokenizer = train_tokenizer(corpus.texts("train"))
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(earlier(out, "tiny"))
+    train_stream = token_stream(tokenizer, corpus.texts("train"))
+    val_stream = token_stream(tokenizer, corpus.texts("validation"))
+    common = {
+        "python": platform.python_version(),
+        "train_tokens": len(train_stream),
+        "seed": args.seed,
+    }
+
+    if "tiny" in stages:
+        started = time.time()
+        target = causal_model(TARGET, tokenizer)
+        schedule = Schedule(steps=args.target_steps, lr=2e-3)
+        losses = train_causal(target, train_stream, schedule, seed=args.seed, desc="tiny")
+        report = {
+            **common,
+            "shape": vars(TARGET),
+            "schedule": vars(schedule),
+            "seconds": time.time() - started,
+            "final_train_loss": _mean_tail(losses),
+        }
+        save(target, tokenizer, out / "tiny", report)
+    target = AutoModelForCausalLM.from_pretrained(
+        earlier(out, "tiny"), dtype=torch.float32
+    ).eval()  # as shipped
+    if "tiny" in stages:
+        report["validation"] = evaluate_causal(target, val_stream)
+        (out / "tiny" / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+        print("tiny validation:", report["validation"])
+
+    if "tiny-ar" in stages:
+        started = time.time()
+        torch.manual_seed(args.seed + 1)
+        drafter = causal_model(DRAFTER, tokenizer)
+        schedule = Schedule(steps=args.drafter_steps, lr=3e-3)
+        losses = train_causal(
+            drafter, train_stream, schedule, seed=args.seed + 1, teacher=target, desc="tiny-ar"
+        )
+        report = {
+            **common,
+            "shape": vars(DRAFTER),
+            "schedule": vars(schedule),
+            "distilled_from": "tiny",
+            "seconds": time.time() - started,
+            "final_train_kl": _mean_tail(losses),
+        }
+        save(drafter, tokenizer, out / "tiny-ar", report)
+        drafter = AutoModelForCausalLM.from_pretrained(out / "tiny-ar", dtype=torch.float32)
+        report["validation"] = evaluate_causal(drafter, val_stream)
+        (out / "tiny-ar" / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+        print("tiny-ar validation:", report["validation"])
+
+    if "tiny-dlm" in stages:
+        started = time.time()
+        drafter = AutoModelForCausalLM.from_pretrained(earlier(out, "tiny-ar"), dtype=torch.float32)
+        dlm = from_causal(drafter, mask_token_id=tokenizer.mask_token_id)
+        schedule = Schedule(steps=args.dlm_steps, lr=1e-3)
+        losses = train_dlm(dlm, train_stream, schedule, seed=args.seed + 2, teacher=target)
+        report = {
+            **common,
+            "initialised_from": "tiny-ar",
+            "distilled_from": "tiny",
+            "schedule": vars(schedule),
+            "seconds": time.time() - started,
+            "final_train_loss": _mean_tail(losses),
+        }
+        save(dlm, tokenizer, out / "tiny-dlm", report)
+        dlm = AutoModel.from_pretrained(out / "tiny-dlm", dtype=torch.float32).eval()
+        report["validation"] = evaluate_dlm(dlm, val_stream)
+        (out / "tiny-dlm" / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+        print("tiny-dlm validation:", report["validation"])
+
+    if "tiny-dflash" in stages:
+        started = time.time()
+        report = {**common, **train_tiny_dflash(target, tokenizer, args, out / "tiny-dflash")}
+        report["seconds"] = time.time() - started
+        (out / "tiny-dflash" / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+        print("tiny-dflash validation:", report["validation"])
+
+    if "tiny_code" in stages:
+        with (out / "tiny_code.jsonl").open("w") as fh:
+            fh.writelines(json.dumps(s) + "\n" for s in tiny_code_samples(tokenizer))
+
+
+def train_tiny_dflash(
+    target: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, args: argparse.Namespace, out: Path
+) -> dict:
+    """The target's greedy continuations and its features, then the drafter (saved in half
+    precision, as the other checkpoints, and without a tokenizer: it reads the target's); the report's numbers are measured on continuations
+    of validation-split prefixes."""
+    from dflash.model import build_target_layer_ids
+
+    layers = build_target_layer_ids(target.config.num_hidden_layers, DFLASH["layers"])
+    prefix, new = DFLASH["prefix"], DFLASH["new"]
+
+    def data(split: str, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        stream = token_stream(tokenizer, corpus.texts(split))
+        ids = greedy_continuations(target, stream, n, prefix, new, seed)
+        return ids, target_features(target, ids, layers)
+
+    ids, features = data("train", DFLASH["sequences"], args.seed + 3)
+    torch.manual_seed(args.seed + 3)
+    drafter = dflash_drafter(
+        target, DFLASH["layers"], layers, DFLASH["block"], tokenizer.mask_token_id
+    )
+    embedding = target.get_input_embeddings().weight.detach()
+    schedule = Schedule(steps=args.dflash_steps, lr=1e-3)
+    losses = train_dflash(
+        drafter, embedding, ids, features, prefix, schedule, args.seed + 3, DFLASH["blocks"]
+    )
+    save_dflash(drafter.to(torch.float16), out)
+    drafter.float().eval()
+    val_ids, val_features = data("validation", 128, args.seed + 4)
+    return {
+        "recipe": DFLASH,
+        "target_layer_ids": layers,
+        "schedule": vars(schedule),
+        "trained_on": "tiny's greedy continuations of training-split prefixes",
+        "final_train_loss": _mean_tail(losses),
+        "validation": evaluate_dflash(drafter, embedding, val_ids, val_features, prefix),
+    }

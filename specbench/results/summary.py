@@ -1,0 +1,158 @@
+"""The run summary: the one owner of `summary.json`'s schema, which the console, W&B, the
+reports and a rerun's skip read, as `Record` owns the records' (the metrics' definitions are
+in `specbench.metrics.summary`, which computes them).
+
+A summary is the cell's identity (run id, method, its label, models, task, what losslessness is
+with respect to), the method's facts of this config, the run-level metrics of its records (also
+per category), the method against the baseline and every reference arm, the cost model's
+prediction, and the machine. On disk it is one flat JSON object, the method's facts at its top
+level (they are report columns, as config keys are); a metric the run has no value for is null:
+acceptance of drafted tokens where rounds count steps, the baseline's numbers without a
+baseline arm, a prediction without a cost model, a metric added after the file was written;
+the categories are empty where the task has none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
+from typing import Any
+
+
+@dataclass(kw_only=True)
+class Versus:
+    """The method arm against another arm on the same samples: that arm's speed and cost, and
+    the method's ratios to it."""
+
+    tok_s: float | None
+    nfe: float
+    tpf: float | None
+    positions_per_call: float | None
+    quality: dict[str, float]
+    speedup: float | None  # pooled tokens over pooled seconds, the method's over this arm's
+    speedup_specbench: float | None  # Spec-Bench's mean per-sample speed ratio
+    speedup_dflash: float | None = None  # the dflash benchmark's decode-time ratio
+    nfe_reduction: float | None
+    identical_rate: float | None  # token equality with this arm; greedy runs only
+
+
+@dataclass(kw_only=True)
+class Metrics:
+    """Run-level metrics of a set of records: the cell's, or one category's. Per-round counts
+    are in `round_unit`; `acceptance_rate` and `accept_by_position` exist where it is tokens."""
+
+    n_samples: int
+    new_tokens: int = 0
+    tok_s: float | None = None
+    tau: float | None = None  # tokens per target forward
+    emitted_hist: dict[str, int] = field(default_factory=dict)  # tokens per forward -> forwards
+    round_unit: str | None = None
+    n_rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    accepted_per_round: float | None = None
+    acceptance_rate: float | None = None
+    accept_by_position: list[float] | None = None
+    nfe_target: float | None = None
+    nfe_drafter: float | None = None
+    tpf: float | None = None
+    positions_per_call: float | None = None  # the cost a batched verification hides in a call
+    draft_share: float | None = None  # of wall time, inside the drafter
+    verify_share: float | None = None  # of wall time, in separately timed verifications
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    quality: dict[str, float] = field(default_factory=dict)
+    # the method against the baseline arm (absent without one)
+    baseline_tok_s: float | None = None
+    speedup: float | None = None
+    speedup_specbench: float | None = None
+    speedup_dflash: float | None = None
+    baseline_quality: dict[str, float] | None = None
+    baseline_nfe: float | None = None
+    baseline_tpf: float | None = None
+    baseline_positions_per_call: float | None = None
+    nfe_reduction: float | None = None
+    lossless_rate: float | None = None  # token equality with the baseline; greedy runs only
+    tie_flip_rate: float | None = None
+    vs: dict[str, Versus] = field(default_factory=dict)  # reference arms by name
+    by_category: dict[str, Metrics] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> Metrics:
+        return cls(**_owned(cls, row))
+
+
+@dataclass(kw_only=True)
+class Summary(Metrics):
+    """A cell's summary: who it is, what it claims, what it measured, what was predicted."""
+
+    run_id: str
+    method: str
+    label: str
+    target: str
+    drafter: str
+    task: str
+    baseline: str | None  # the baseline arm's decoding, in words (None: no baseline arm)
+    lossless: bool  # the method's claim for this config, with respect to `lossless_wrt`
+    lossless_wrt: str | None
+    env: str  # the machine and software, then the config's hash
+    facts: dict[str, Any] = field(default_factory=dict)  # `Method.facts` of this config
+    # the cost model's prediction (metrics.cost), where the method has one
+    forward_ms: dict[str, float] | None = None
+    predicted_speedup: float | None = None
+    prediction_gap: float | None = None
+    prediction_flag: bool | None = None
+
+    @classmethod
+    def of(cls, metrics: Metrics, **identity: Any) -> Summary:
+        """The cell's summary from its metrics and the identity fields."""
+        return cls(**{f.name: getattr(metrics, f.name) for f in fields(Metrics)}, **identity)
+
+    def to_json(self) -> dict[str, Any]:
+        row = asdict(self)
+        facts = row.pop("facts")
+        return {**row, **facts}
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> Summary:
+        """A summary read back; the keys it does not own are the method's facts. A file that
+        lacks the identity raises ValueError naming what is missing."""
+        names = {f.name for f in fields(cls)} - {"facts"}
+        missing = sorted(f.name for f in fields(cls) if _required(f) and f.name not in row)
+        if missing:
+            raise ValueError(f"not a specbench run summary (missing {missing})")
+        facts = {k: v for k, v in row.items() if k not in names}
+        return cls(**_owned(cls, {k: v for k, v in row.items() if k in names}), facts=facts)
+
+    def scalars(self) -> dict[str, Any]:
+        """The top-level values that are one number, flag or string (W&B's and the reports'
+        columns)."""
+        return {
+            k: v
+            for k, v in self.to_json().items()
+            if v is None or isinstance(v, (bool, int, float, str))
+        }
+
+
+def _required(f: Field) -> bool:
+    return f.default is MISSING and f.default_factory is MISSING
+
+
+def _known(cls: type, row: dict[str, Any]) -> dict[str, Any]:
+    """`row`, whose keys must all be fields of `cls`: an unknown key raises ValueError (a file
+    of another schema)."""
+    unknown = sorted(set(row) - {f.name for f in fields(cls)})
+    if unknown:
+        raise ValueError(f"not a specbench run summary (unknown {unknown})")
+    return row
+
+
+def _owned(cls: type, row: dict[str, Any]) -> dict[str, Any]:
+    """The row's fields of `cls`, the comparisons and categories in it typed."""
+    return {
+        **_known(cls, row),
+        "vs": {k: Versus(**_known(Versus, v)) for k, v in row.get("vs", {}).items()},
+        "by_category": {k: Metrics.from_json(v) for k, v in row.get("by_category", {}).items()},
+    }
