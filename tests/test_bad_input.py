@@ -227,31 +227,27 @@ def header_of_a_terabyte(weights: Path) -> None:
     weights.write_bytes(struct.pack("<Q", 2**40) + blob[8:])
 
 
-@pytest.mark.parametrize("damage", [cut_short, header_past_the_end, header_of_a_terabyte])
-def test_a_damaged_safetensors_file_is_one_line_before_weights_load(damage, tmp_path) -> None:
+def refused_drafter(tmp_path: Path, damage) -> str:
+    """The refusal of a copy of tiny-ar as the drafter, after `damage(its directory)`."""
     drafter = tmp_path / "tiny-ar"
     shutil.copytree(paths.TINY_DIR / "tiny-ar", drafter)
-    damage(drafter / "model.safetensors")
-    message = fails(
-        ["target=tiny", "drafter=tiny-ar", f"drafter.name_or_path={drafter}"],
-        "drafter.name_or_path",
-        str(drafter),
-        tmp_path,
-    )
+    damage(drafter)
+    overrides = ["target=tiny", "drafter=tiny-ar", f"drafter.name_or_path={drafter}"]
+    return fails(overrides, "drafter.name_or_path", str(drafter), tmp_path)
+
+
+@pytest.mark.parametrize("damage", [cut_short, header_past_the_end, header_of_a_terabyte])
+def test_a_damaged_safetensors_file_is_one_line_before_weights_load(damage, tmp_path) -> None:
+    message = refused_drafter(tmp_path, lambda model: damage(model / "model.safetensors"))
     assert "model.safetensors is not a whole safetensors file" in message
 
 
 def test_a_config_whose_vocabulary_contradicts_the_weights(tmp_path: Path) -> None:
-    drafter = tmp_path / "tiny-ar"
-    shutil.copytree(paths.TINY_DIR / "tiny-ar", drafter)
-    config = json.loads((drafter / "config.json").read_text())
-    (drafter / "config.json").write_text(json.dumps({**config, "vocab_size": 5000}))
-    message = fails(
-        ["target=tiny", "drafter=tiny-ar", f"drafter.name_or_path={drafter}"],
-        "drafter.name_or_path",
-        str(drafter),
-        tmp_path,
-    )
+    def lie(model: Path) -> None:
+        config = json.loads((model / "config.json").read_text())
+        (model / "config.json").write_text(json.dumps({**config, "vocab_size": 5000}))
+
+    message = refused_drafter(tmp_path, lie)
     assert "config.json says a vocabulary of 5000, but model.safetensors's " in message
     assert "model.embed_tokens.weight has 4096 rows" in message
 
