@@ -8,7 +8,17 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from specbench.decoding.verify import floor, greedy, ratio, rejection, top_k, typical
+from specbench.decoding.configs import EXACT_RULES, LENIENT_RULES
+from specbench.decoding.verify import (
+    LENIENT,
+    RULES,
+    floor,
+    greedy,
+    ratio,
+    rejection,
+    top_k,
+    typical,
+)
 from specbench.decoding.warp import Warp
 
 V, GAMMA, DRAWS = 6, 3, 20_000
@@ -149,3 +159,8 @@ def test_top_1_is_greedy_on_random_logits() -> None:
         assert top_k(1)(p_logits, None, draft, Warp(), g) == greedy(
             p_logits, None, draft, Warp(), g
         )
+
+
+def test_the_rules_a_config_may_name_are_the_rules_verify_implements() -> None:
+    """The names are checked before torch (configs.py) and resolved after it (verify.py)."""
+    assert tuple(RULES) == EXACT_RULES and tuple(LENIENT) == LENIENT_RULES
