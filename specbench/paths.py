@@ -8,6 +8,7 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO_ROOT / "conf"
+EXPERIMENTS_DIR = REPO_ROOT / "experiments"
 PACKAGE_DATA = Path(__file__).resolve().parent / "data"
 TINY_DIR = Path(__file__).resolve().parent / "models" / "tiny" / "checkpoints"
 

@@ -425,6 +425,9 @@ def measure(plan: Plan) -> Summary:
     except KeyboardInterrupt:
         mirror.interrupted()
         raise
+    except Exception:
+        mirror.failed()
+        raise
     summary = summarise(plan, job, env)
     plan.store.write_json("summary.json", summary.to_json())
     mirror.finish([r for r in plan.store.records if r.id in {s.id for s in plan.samples}], summary)

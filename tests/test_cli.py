@@ -214,16 +214,23 @@ store._write_all = full
 
 
 def test_a_full_disk_is_one_line_and_the_rerun_resumes(tmp_path: Path) -> None:
+    """Mid-run, with W&B mirroring: the error is the command's last line (W&B's run is ended
+    as failed, quietly, not by its exit hook's closing lines)."""
     results = tmp_path / "results"
-    args = cell_args(results, limit=4, wandb="disabled", new_tokens=16)
-    code, out, err = finish(specbench(args, tmp_path, code=FULL_DISK))
+    args = cell_args(results, limit=4, wandb="offline", new_tokens=16)
+    loud = {k: v for k, v in os.environ.items() if k != "WANDB_SILENT"}  # W&B as users see it
+    code, out, err = finish(specbench(args, tmp_path, env=loud, code=FULL_DISK))
     [run_dir] = sorted(p.parent for p in results.glob("*/*/config.yaml"))
     records = run_dir / "records.jsonl"
-    assert code == 1
-    assert said(err) == [
+    line = (
         f"specbench: error: no space left on the device writing {records}: free some and "
         "rerun the same command (every recorded sample is kept)"
-    ]
+    )
+    assert code == 1
+    assert said(err) == [line] and err.splitlines()[-1] == line, err
+    assert "wandb sync" not in err + out  # W&B's closing lines
+    [wandb_run] = (run_dir / "wandb").glob("offline-run-*")
+    assert "got exitcode: 1" in (wandb_run / "logs" / "debug.log").read_text()
     code, out, err = finish(specbench(args, tmp_path))
     assert code == 0, err
     assert recorded_ids(records) == [f"demo-{i:02d}" for i in range(4)]

@@ -14,8 +14,7 @@ from pathlib import Path
 
 from specbench import paths
 from specbench.errors import OneLineParser
-from specbench.report import figures, leaderboard, pareto
-from specbench.report.load import ReportError, higher_is_better, load_runs
+from specbench.report import ReportError
 
 
 def _log_to_wandb(paths: list[Path], mode: str) -> None:
@@ -78,13 +77,16 @@ def run(argv: list[str] | None) -> int:
     p.add_argument("--speed", default="speedup", choices=["speedup", "tpf", "tau"])
     p.add_argument("--wandb", default="disabled", choices=["disabled", "offline", "online"])
     f = sub.add_parser("figures", help="every spec in experiments/, from stored results only")
-    f.add_argument("--specs", default=str(figures.EXPERIMENTS))
+    f.add_argument("--specs", default=str(paths.EXPERIMENTS_DIR))
     args = parser.parse_args(argv)
     out = Path(args.out)
     writable(out)
+    # pandas and matplotlib are imported once the arguments hold, so a refusal is fast
     if args.command == "figures":
         if not list(Path(args.specs).glob("*.yaml")):
             raise ReportError(f"--specs {args.specs}: no experiment specs (*.yaml) there")
+        from specbench.report import figures
+
         try:
             readme = paths.REPO_ROOT / "README.md"
             written = figures.build_all(Path(args.results), out, Path(args.specs), readme)
@@ -92,6 +94,8 @@ def run(argv: list[str] | None) -> int:
             print(f"specbench-report: {err}", file=sys.stderr)
             return 2
     else:
+        from specbench.report.load import higher_is_better, load_runs
+
         runs = load_runs(args.results)
         if args.experiment:
             runs = runs[runs["experiment"] == args.experiment]
@@ -99,10 +103,14 @@ def run(argv: list[str] | None) -> int:
             print(f"specbench-report: no runs under {args.results}", file=sys.stderr)
             return 2
         if args.command == "leaderboard":
+            from specbench.report import leaderboard
+
             written = leaderboard.write(runs, out)
             print(written[0].read_text())  # the Markdown tables, on the terminal too
         else:
             cells = pareto_cells(runs, args.task, args.quality)
+            from specbench.report import pareto
+
             higher = higher_is_better(args.task).get(args.quality, True)
             name = f"pareto-{args.task}-{args.quality}"
             written = pareto.plot(

@@ -19,8 +19,6 @@ from specbench import paths
 from specbench.report import leaderboard, pareto
 from specbench.report.load import higher_is_better, load_runs
 
-EXPERIMENTS = paths.REPO_ROOT / "experiments"
-
 
 class MissingCells(Exception):
     pass
@@ -114,12 +112,12 @@ def update_readme(readme: Path, table: Path) -> None:
     readme.write_text(head + start + table.read_text() + end + tail)
 
 
-def specs(directory: Path = EXPERIMENTS) -> list[dict]:
+def specs(directory: Path = paths.EXPERIMENTS_DIR) -> list[dict]:
     return [yaml.safe_load(p.read_text()) for p in sorted(directory.glob("*.yaml"))]
 
 
 def build_all(
-    results: Path, out: Path, directory: Path = EXPERIMENTS, readme: Path | None = None
+    results: Path, out: Path, directory: Path = paths.EXPERIMENTS_DIR, readme: Path | None = None
 ) -> list[Path]:
     """Every spec; all missing cells are reported together before anything is drawn. With
     `readme`, a headline spec's table also replaces the README's headline block."""

@@ -15,6 +15,7 @@ import pandas as pd
 import yaml
 
 from specbench.registry import METHODS, TASKS, discover
+from specbench.report import ReportError
 from specbench.results.summary import Summary
 
 # config keys that do not change what a cell is across tasks (the overall table's grouping)
@@ -37,10 +38,6 @@ def cell_id(config: dict[str, Any]) -> str:
         if not any(k == p or k.startswith(p + ".") for p in PER_TASK)
     }
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:8]
-
-
-class ReportError(Exception):
-    """A bad input to the reports, as one line (the CLI prints it and exits 2)."""
 
 
 def read_run(run_dir: Path) -> dict:

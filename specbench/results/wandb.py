@@ -8,6 +8,8 @@ a second.
 
 from __future__ import annotations
 
+import contextlib
+import io
 from typing import Any
 
 from specbench.interrupt import EXIT_CODE
@@ -92,6 +94,14 @@ class WandbMirror:
         self.run.summary.update(summary.scalars())
         self.run.summary.update({f"quality/{k}": v for k, v in summary.quality.items()})
         self.run.finish()
+
+    def failed(self) -> None:
+        """End the W&B run as failed, without W&B's closing lines: the error's one line stays
+        the last thing the command prints."""
+        if self.run is None:
+            return
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            self.run.finish(exit_code=1)
 
     def interrupted(self) -> None:
         """End the W&B run as interrupted (not finished); the rerun resumes it by its id."""
