@@ -63,6 +63,11 @@ class Method(ABC):
         summary always carries the comparison without decoding twice."""
         return {}
 
+    def drafts_trees(self) -> bool:
+        """Whether its drafts are trees: the compiled engine then builds its target's graphs
+        under an ancestor mask too."""
+        return False
+
     def exact(self) -> bool:
         """Whether the output is the baseline arm's: token for token at temperature 0, in
         distribution above it."""

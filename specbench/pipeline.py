@@ -319,7 +319,7 @@ def _compile(plan: Plan, target: Any, drafter: Any) -> tuple[Any, Any]:
     def convert(lm: Any, hidden_layers: tuple[int, ...] = ()) -> Any:
         if isinstance(lm, CausalLM):
             lm = compiled.CompiledCausalLM.from_eager(lm, longest_sequence(plan))
-            lm.warm_up(hidden_layers)
+            lm.warm_up(hidden_layers, trees=plan.method.drafts_trees())
         elif isinstance(lm, MaskedDiffusionLM):
             compiled.compile_diffusion(lm)
         return lm

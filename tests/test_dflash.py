@@ -193,8 +193,8 @@ def test_verification_captures_hidden_states_only_for_a_drafter_that_asks(
     assert asked and all(layers == [1, 3] for layers in asked)  # hidden_states[l + 1]: layer l
     full = target.model(torch.tensor([prompt]), output_hidden_states=True).hidden_states
     target.reset()
-    target.forward_tokens(prompt, keep=1, hidden_layers=(0, 2))
-    torch.testing.assert_close(target.hidden, torch.cat([full[1][0], full[3][0]], -1))
+    hidden = target.forward(prompt, last=1, hidden_layers=(0, 2)).hidden
+    torch.testing.assert_close(hidden, torch.cat([full[1][0], full[3][0]], -1))
 
 
 def test_training_sees_each_block_as_decoding_does() -> None:

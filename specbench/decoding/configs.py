@@ -68,6 +68,20 @@ def check_rule(name: str, leniency: float, temperature: float) -> None:
         _bounds(("method.leniency", leniency, *ranges[name]))
 
 
+def check_exact_rule(name: str, temperature: float) -> None:
+    """A tree method's `rule`: trees are verified exactly, so no lenient rule."""
+    allowed = ("auto", *EXACT_RULES)
+    _bounds(
+        (
+            "method.rule",
+            name,
+            name in allowed,
+            f"a tree verifies exactly; allowed: {', '.join(allowed)}",
+        )
+    )
+    check_rule(name, 1.0, temperature)
+
+
 def check_draft_length(gamma: int, max_new: int) -> None:
     """A draft of 1 to `max_new` tokens: a longer one is cut to the tokens left, silently
     measuring another gamma than the config names."""
@@ -211,6 +225,19 @@ class DFlashConfig:
             )
         )
         check_rule(self.rule, self.leniency, temperature)
+
+
+@dataclass
+class DDTreeConfig:
+    name: str = "ddtree"
+    block_size: int | None = None  # as DFlash's: null uses the drafter checkpoint's
+    budget: int = 32  # tree nodes verified per round, the root (newest token) not counted
+    rule: str = "auto"  # greedy at temperature 0, exact tree sampling above; no lenient rules
+
+    def check(self, temperature: float, max_new: int) -> None:
+        DFlashConfig(block_size=self.block_size).check(temperature, max_new)
+        check_exact_rule(self.rule, temperature)
+        _bounds(("method.budget", self.budget, self.budget >= 1, "must be an integer >= 1"))
 
 
 @dataclass
@@ -391,6 +418,7 @@ def _register() -> None:
         SpecDiffConfig,
         DiffuSpecConfig,
         DFlashConfig,
+        DDTreeConfig,
         DLLMConfig,
         PSDConfig,
         SpiffyConfig,

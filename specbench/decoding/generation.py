@@ -9,15 +9,29 @@ from typing import Protocol
 
 import torch
 
+from specbench.models.causal import node_depths
+
 
 @dataclass
 class Draft:
+    """A chain of tokens, or a tree of them when `parents` is set: node k's parent node, -1 for
+    the root (the newest committed token), parents before their children. A chain is the tree
+    whose parents are -1, 0, 1, ..."""
+
     tokens: list[int]
     q_probs: torch.Tensor | None  # [len(tokens), V] warped proposal, None when chosen by argmax
     nfe: int
     seconds: float
     # per-round facts a drafter reports (DiffuSpec: L_gen, k, ...)
     info: dict = field(default_factory=dict)
+    parents: list[int] | None = None
+
+    @property
+    def depth(self) -> int:
+        """The most tokens a round can accept: a chain's length, a tree's deepest path."""
+        if self.parents is None:
+            return len(self.tokens)
+        return max(node_depths(self.parents), default=0)
 
 
 @dataclass
@@ -25,7 +39,8 @@ class Generation:
     """One sample's output and counters. `tokens` holds the generated ids, a stop token included
     once. Per round, `draft_lengths[r]` units were proposed and `accepted[r]` kept, in the
     method's `round_unit` (tokens, or a diffusion LLM's denoising steps); `emitted[c]` is the
-    number of tokens target forward c committed, in tokens for every method."""
+    number of tokens target forward c committed, in tokens for every method. A tree round's
+    `draft_lengths[r]` is its depth (what it could accept) and `nodes[r]` its size."""
 
     tokens: list[int]
     wall_s: float
@@ -39,6 +54,7 @@ class Generation:
     rounds: list[dict] = field(default_factory=list)  # each round's Draft.info, when any
     emitted: list[int] = field(default_factory=list)
     positions: int = 0  # token positions the target's forwards fed (batch rows x length)
+    nodes: list[int] = field(default_factory=list)  # per round of a tree draft: nodes verified
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ from typing import Protocol
 import torch
 
 from specbench.decoding.generation import Draft, Generation, Stop
-from specbench.decoding.verify import AcceptanceRule
+from specbench.decoding.verify import AcceptanceRule, TreeRule
 from specbench.decoding.warp import Warp
 from specbench.method import Method
 from specbench.metrics import cost
 from specbench.metrics.speed import Stopwatch
-from specbench.models.causal import CausalLM
+from specbench.models.causal import CausalLM, ancestor_mask, tree_positions
 from specbench.results.summary import Summary
 
 
@@ -71,6 +71,9 @@ class GammaSchedule:
 
 
 class SpeculativeDecoder:
+    """Draft, verify in one target forward, keep the accepted slots, repeat. A chain draft is
+    judged by `rule`; a tree draft (`Draft.parents`) by `tree_rule`, on the same contract."""
+
     def __init__(
         self,
         target: CausalLM,
@@ -78,8 +81,9 @@ class SpeculativeDecoder:
         rule: AcceptanceRule,
         warp: Warp,
         schedule: DraftLength,
+        tree_rule: TreeRule | None = None,
     ):
-        self.target, self.drafter, self.rule = target, drafter, rule
+        self.target, self.drafter, self.rule, self.tree_rule = target, drafter, rule, tree_rule
         self.warp, self.schedule = warp, schedule
 
     def generate(
@@ -90,7 +94,6 @@ class SpeculativeDecoder:
         stop: Stop | None = None,
     ) -> Generation:
         target, drafter = self.target, self.drafter
-        layers = drafter.hidden_layers
         stop = stop or Stop(frozenset(target.eos_token_ids))
         clock = Stopwatch(target.device)
         target_calls, drafter_calls, positions = target.calls, drafter.calls, target.positions
@@ -101,35 +104,29 @@ class SpeculativeDecoder:
         # tokens the target has not seen yet: the prompt, then the last emitted one
         unread = list(prompt_ids)
         self.schedule.reset()
-        gamma, draft_lengths, accepted, emitted = self.schedule.start, [], [], []
+        gamma, draft_lengths, accepted, emitted, nodes = self.schedule.start, [], [], [], []
         draft_s, rounds = 0.0, []
         while len(tokens) < max_new_tokens:
             n_draft = min(gamma, max_new_tokens - len(tokens) - 1)  # a round emits <= n_draft + 1
             draft = drafter.draft(prompt_ids + tokens, n_draft, generator)
-            logits = target.forward_tokens(
-                unread + draft.tokens, keep=len(draft.tokens) + 1, hidden_layers=layers
-            )
-            n_accepted, next_token = self.rule(
-                logits, draft.q_probs, draft.tokens, self.warp, generator
-            )
-            target.rollback(target.length - (len(draft.tokens) - n_accepted))
-            if layers:
-                drafter.observe(target.hidden[: len(unread) + n_accepted])
+            path, next_token = self.verify(unread, draft, generator)
             start = len(tokens)
-            tokens += draft.tokens[:n_accepted] + [next_token]
+            tokens += [draft.tokens[i] for i in path] + [next_token]
             end = stop.first(tokens, start)
             stopped = end is not None
             if stopped:
                 del tokens[end + 1 :]
             unread = [next_token]
             clock.first_token()
-            draft_lengths.append(len(draft.tokens))
-            accepted.append(n_accepted)
+            draft_lengths.append(draft.depth)
+            accepted.append(len(path))
             emitted.append(len(tokens) - start)
+            if draft.parents is not None:
+                nodes.append(len(draft.tokens))
             draft_s += draft.seconds
             if draft.info:
                 rounds.append(draft.info)
-            gamma = self.schedule.next(gamma, n_accepted, draft)
+            gamma = self.schedule.next(gamma, len(path), draft)
             if stopped:
                 break
         return Generation(
@@ -144,7 +141,37 @@ class SpeculativeDecoder:
             rounds=rounds,
             positions=target.positions - positions,
             emitted=emitted,
+            nodes=nodes,
         )
+
+    def verify(
+        self, unread: list[int], draft: Draft, generator: torch.Generator
+    ) -> tuple[list[int], int]:
+        """One target forward over the unread tokens and the draft; the target's cache keeps
+        the unread tokens and the accepted draft nodes, and a drafter that reads the target
+        sees their hidden states. Returns the accepted nodes, root first, and the next token."""
+        target, layers, n_unread = self.target, self.drafter.hidden_layers, len(unread)
+        last = len(draft.tokens) + 1
+        if draft.parents is None or not draft.tokens:
+            out = target.forward(unread + draft.tokens, last=last, hidden_layers=layers)
+            n, next_token = self.rule(out.logits, draft.q_probs, draft.tokens, self.warp, generator)
+            path = list(range(n))
+        else:
+            out = target.forward(
+                unread + draft.tokens,
+                positions=tree_positions(target.length, n_unread, draft.parents),
+                ancestors=ancestor_mask(n_unread, draft.parents, target.device),
+                last=last,
+                hidden_layers=layers,
+            )
+            path, next_token = self.tree_rule(
+                out.logits, draft.tokens, draft.parents, self.warp, generator
+            )
+        kept = list(range(n_unread)) + [n_unread + i for i in path]
+        target.keep(kept)
+        if layers:
+            self.drafter.observe(out.hidden[torch.tensor(kept, device=out.hidden.device)])
+        return path, next_token
 
 
 class DraftVerifyMethod(Method):

@@ -129,6 +129,63 @@ def typical(epsilon: float) -> AcceptanceRule:
     return _threshold_rule(accepts)
 
 
+TreeRule = Callable[
+    [torch.Tensor, list[int], list[int], Warp, torch.Generator], tuple[list[int], int]
+]
+"""`(p_logits [N+1, V], tokens (N), parents (N), warp, generator) -> (path, next_token)`: row 0
+of `p_logits` is the root's (the newest committed token), row 1 + k node k's; `path` is the
+accepted nodes from the root down, and `next_token` the target's token after the last."""
+
+
+def follow(target_ids: list[int], tokens: list[int], parents: list[int]) -> tuple[list[int], int]:
+    """From the root, step to the child whose token is the target's token at the current node
+    (`target_ids[node + 1]`) while there is one; that token after the last node reached is the
+    round's next token."""
+    child_by_token = {(parent, tokens[node]): node for node, parent in enumerate(parents)}
+    path, node = [], -1
+    while (child := child_by_token.get((node, target_ids[node + 1]))) is not None:
+        path.append(child)
+        node = child
+    return path, target_ids[node + 1]
+
+
+def greedy_tree(
+    p_logits: torch.Tensor,
+    tokens: list[int],
+    parents: list[int],
+    warp: Warp,
+    generator: torch.Generator,
+) -> tuple[list[int], int]:
+    """Follow the target's argmax down the tree: token-identical to greedy decoding."""
+    return follow(p_logits.argmax(-1).tolist(), tokens, parents)
+
+
+def sampled_tree(
+    p_logits: torch.Tensor,
+    tokens: list[int],
+    parents: list[int],
+    warp: Warp,
+    generator: torch.Generator,
+) -> tuple[list[int], int]:
+    """Exact sampling over a tree fixed before the target reads it: every node's next token is
+    drawn from the target's warped law there, and the walk follows the draws while they are
+    children (DDTree's `follow_verified_tree`). Each emitted token is a draw of p given the
+    tokens before it, so the output is the target's law whatever the tree. This is recursive
+    rejection over siblings (SpecInfer; multi-draft speculative sampling) with one-hot
+    proposals: accepting child t with probability p(t), else removing t from p and trying the
+    next, selects each t with probability p(t), as one draw from p does."""
+    draws = torch.multinomial(warp.probs(p_logits), 1, generator=generator)[:, 0]
+    return follow(draws.tolist(), tokens, parents)
+
+
+TREE_RULES: dict[str, TreeRule] = {"greedy": greedy_tree, "rejection": sampled_tree}
+
+
+def make_tree_rule(name: str, warp: Warp) -> TreeRule:
+    """The tree rule an exact `rule` knob names (auto: greedy at temperature 0)."""
+    return TREE_RULES[resolve_rule(name, warp)]
+
+
 RULES: dict[str, AcceptanceRule] = {"greedy": greedy, "rejection": rejection}
 LENIENT: dict[str, Callable[[float], AcceptanceRule]] = {
     "ratio": ratio,

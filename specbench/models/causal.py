@@ -3,17 +3,64 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from specbench.metrics.speed import synchronize
 
 
+@dataclass
+class Forward:
+    """What a forward over new tokens returns: float32 logits of the rows asked for (row i
+    predicting the token after position i), and the outputs of the decoder layers asked for
+    at every position fed, concatenated along features ([n, len(layers) * hidden]; None when
+    none were asked for)."""
+
+    logits: torch.Tensor
+    hidden: torch.Tensor | None = None
+
+
+def ancestor_mask(n_chain: int, parents: list[int], device: torch.device) -> torch.Tensor:
+    """Which new token reads which ([n, n] bool, row i over columns j): `n_chain` >= 1 tokens in
+    a row (causal among themselves), then a tree hanging off the last of them, node k (new
+    token n_chain + k) reading the chain, its ancestors and itself. `parents[k]` is node k's
+    parent node, -1 for the chain's last token; parents come before their children."""
+    n = n_chain + len(parents)
+    visible = np.zeros((n, n), dtype=bool)
+    visible[:n_chain, :n_chain] = np.tri(n_chain, dtype=bool)
+    for k, parent in enumerate(parents):
+        row = n_chain + k
+        visible[row] = visible[n_chain + parent] if parent >= 0 else visible[n_chain - 1]
+        visible[row, row] = True
+    return torch.from_numpy(visible).to(device)
+
+
+def tree_positions(length: int, n_chain: int, parents: list[int]) -> list[int]:
+    """Position ids of a chain of `n_chain` tokens after `length` cached ones, then of a tree's
+    nodes hanging off the chain's last token: that token's position plus the node's depth."""
+    last = length + n_chain - 1
+    return list(range(length, length + n_chain)) + [last + d for d in node_depths(parents)]
+
+
+def node_depths(parents: list[int]) -> list[int]:
+    """Each tree node's depth (the root's children: 1), parents listed before children."""
+    depths: list[int] = []
+    for parent in parents:
+        depths.append(1 + (depths[parent] if parent >= 0 else 0))
+    return depths
+
+
 class CausalLM:
-    """Keeps one sequence's KV cache. `forward_tokens` feeds new tokens after the cached ones;
-    `rollback` crops rejected tokens so an accepted prefix is never recomputed."""
+    """The verifier contract: one sequence's KV cache, fed new tokens by `forward` (at explicit
+    positions, under an optional ancestor mask, returning logits and any decoder layers asked
+    for) and compacted by `keep` to the slots a round accepted. A chain keeps a prefix of what
+    it fed (`rollback`); a tree keeps one root path. Shapes carry a leading batch dimension of
+    one inside (`[1, n]` ids, `[1, 1, n, slots]` masks), so batching adds rows, not a new
+    contract."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str):
         self.model = model.eval()
@@ -28,24 +75,27 @@ class CausalLM:
             False  # benchmarks switch this on to split model time from harness time
         )
         self.forward_s = 0.0
-        self.hidden: torch.Tensor | None = None  # the layers `forward_tokens` was asked for
         self.reset()
 
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)
         self.length = 0
+        self.fed_from = 0  # the first slot the last forward wrote: what `keep` indexes from
 
     @torch.inference_mode()
-    def forward_tokens(
-        self, ids: list[int], keep: int | None = None, hidden_layers: tuple[int, ...] = ()
-    ) -> torch.Tensor:
-        """Append `ids` to the cached sequence; return float32 logits of the last `keep` positions
-        (all by default), row i predicting the token after position i.
-
-        With `hidden_layers`, `self.hidden` becomes the outputs of those decoder layers (0-based)
-        at every position fed, concatenated along features: [len(ids), len(layers) * hidden].
-        Only those layers are captured, and nothing without them."""
-        keep = len(ids) if keep is None else keep
+    def forward(
+        self,
+        ids: list[int],
+        positions: list[int] | None = None,
+        ancestors: torch.Tensor | None = None,
+        last: int | None = None,
+        hidden_layers: tuple[int, ...] = (),
+    ) -> Forward:
+        """Append `ids` to the cache at the next slots and read them: at `positions` (default:
+        the slots' own), each new token reading every cached slot and the new tokens its row
+        of `ancestors` ([n, n] bool) marks (default: those before it). Logits of the `last`
+        rows (all by default); the outputs of decoder layers `hidden_layers` (0-based)."""
+        last = len(ids) if last is None else last
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
         if self.time_forwards:
             t0 = self._tick()
@@ -53,17 +103,42 @@ class CausalLM:
             input_ids=input_ids,
             cache=self.cache,
             use_cache=True,
-            logits_to_keep=keep,
+            logits_to_keep=last,
+            **self._layout(len(ids), positions, ancestors, self.length + len(ids)),
             **capture(hidden_layers),
         )
-        if hidden_layers:
-            self.hidden = captured(out, hidden_layers)
+        hidden = captured(out, hidden_layers) if hidden_layers else None
         if self.time_forwards:
             self.forward_s += self._tick() - t0
+        self._fed(len(ids))
+        return Forward(out.logits[0, -last:].float(), hidden)
+
+    def forward_tokens(self, ids: list[int], keep: int | None = None) -> torch.Tensor:
+        """`forward` of a chain, its logits only."""
+        return self.forward(ids, last=keep).logits
+
+    def _layout(
+        self, n: int, positions: list[int] | None, ancestors: torch.Tensor | None, slots: int
+    ) -> dict:
+        """The forward's position ids and attention mask for `n` new tokens over a cache of
+        `slots` slots (nothing for a plain chain: the model's causal default)."""
+        if positions is None and ancestors is None:
+            return {}
+        layout: dict = {}
+        if positions is not None:
+            layout["position_ids"] = torch.tensor([positions], device=self.device)
+        if ancestors is not None:
+            visible = torch.zeros(n, slots, dtype=torch.bool, device=self.device)
+            visible[:, : self.length] = True
+            visible[:, self.length : self.length + n] = ancestors
+            layout["attention_mask"] = additive(visible, self.model.dtype)
+        return layout
+
+    def _fed(self, n: int) -> None:
         self.calls += 1
-        self.positions += len(ids)
-        self.length += len(ids)
-        return out.logits[0, -keep:].float()
+        self.positions += n
+        self.fed_from = self.length
+        self.length += n
 
     def _tick(self) -> float:
         """A timestamp after the device's queued work is done."""
@@ -81,6 +156,21 @@ class CausalLM:
         first, second = self.prefill(ids).topk(2).values.tolist()
         return (first, second), self.model.dtype
 
+    def keep(self, indices: list[int]) -> None:
+        """Of the slots the last forward wrote, keep those at `indices` (into its new tokens),
+        moved in that order to follow the earlier cache; drop the rest. The kept tokens' positions
+        must be their new slots (a root path's are). A prefix is a plain `rollback`."""
+        if indices == list(range(len(indices))):
+            self.rollback(self.fed_from + len(indices))
+            return
+        if max(indices) >= self.length - self.fed_from:
+            raise ValueError(
+                f"cannot keep {indices}: the last forward fed {self.length - self.fed_from}"
+            )
+        index = torch.tensor(indices, device=self.device) + self.fed_from
+        compact(self.cache, self.fed_from, index)
+        self.length = self.fed_from + len(indices)
+
     def rollback(self, length: int) -> None:
         """Forget every cached position from `length` on."""
         remove = self.length - length
@@ -89,6 +179,24 @@ class CausalLM:
         if remove:
             self.cache.crop(-remove)
             self.length = length
+        self.fed_from = min(self.fed_from, length)
+
+
+def additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A [n, slots] visibility as the [1, 1, n, slots] additive mask every attention kernel
+    takes (0 where visible, the dtype's lowest value elsewhere)."""
+    hidden = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=visible.device)
+    return torch.where(visible, torch.zeros((), dtype=dtype, device=visible.device), hidden)[
+        None, None
+    ]
+
+
+def compact(cache: Any, base: int, index: torch.Tensor) -> None:
+    """Every layer of a dynamic cache cut to its first `base` slots and then the slots `index`."""
+    for layer in cache.layers:
+        if layer.is_initialized:
+            layer.keys = torch.cat([layer.keys[..., :base, :], layer.keys[..., index, :]], -2)
+            layer.values = torch.cat([layer.values[..., :base, :], layer.values[..., index, :]], -2)
 
 
 def capture(hidden_layers: tuple[int, ...]) -> dict:

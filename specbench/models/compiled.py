@@ -34,7 +34,14 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, StaticCache
 
 from specbench import paths
-from specbench.models.causal import CausalLM, capture, captured
+from specbench.models.causal import (
+    CausalLM,
+    Forward,
+    additive,
+    ancestor_mask,
+    capture,
+    captured,
+)
 
 HOT_TOKENS = 64  # the longest input the compiled graph takes; longer ones run eagerly
 CACHE_ROUNDING = 64  # static caches are sized in multiples of this many positions
@@ -142,8 +149,9 @@ class CompiledCausalLM(CausalLM):
         # outside any compiled region: allocate the cache, and let transformers install the
         # hooks that capture hidden states (installing them inside a graph breaks it)
         with torch.no_grad():
+            one = self._slots(1)
             self._forward(
-                torch.zeros(1, 1, dtype=torch.long, device=self.device), self._positions(1), (0,)
+                torch.zeros(1, 1, dtype=torch.long, device=self.device), one, one, None, (0,)
             )
         self.reset()
         self.step = compile_forward(self._forward, self.device)
@@ -157,6 +165,7 @@ class CompiledCausalLM(CausalLM):
     def reset(self) -> None:
         self.cache = self.static_cache
         self.length = 0
+        self.fed_from = 0
         seek(self.static_cache, 0)
 
     def rollback(self, length: int) -> None:
@@ -164,24 +173,44 @@ class CompiledCausalLM(CausalLM):
             raise ValueError(f"cannot roll back to {length}: only {self.length} tokens cached")
         seek(self.static_cache, length)
         self.length = length
+        self.fed_from = min(self.fed_from, length)
 
-    def _positions(self, n: int) -> torch.Tensor:
+    def keep(self, indices: list[int]) -> None:
+        """As `CausalLM.keep`, in place: the kept slots are copied down over the dropped ones
+        and the write position set after them."""
+        if indices == list(range(len(indices))):
+            self.rollback(self.fed_from + len(indices))
+            return
+        index = torch.tensor(indices, device=self.device) + self.fed_from
+        slots = torch.arange(self.fed_from, self.fed_from + len(indices), device=self.device)
+        for layer in self.static_cache.layers:
+            if layer.is_initialized:
+                layer.keys.index_copy_(2, slots, layer.keys[:, :, index])
+                layer.values.index_copy_(2, slots, layer.values[:, :, index])
+        self.rollback(self.fed_from + len(indices))
+
+    def _slots(self, n: int) -> torch.Tensor:
         return torch.arange(self.length, self.length + n, device=self.device)
 
     def _forward(
         self,
         input_ids: torch.Tensor,
+        slots: torch.Tensor,
         positions: torch.Tensor,
+        visible: torch.Tensor | None,
         hidden_layers: tuple[int, ...],
         keep: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits of the last `keep` positions (0: all, which the compiled graph always takes,
-        an int argument being a guard); the captured layers' outputs, if any."""
+        an int argument being a guard); the captured layers' outputs, if any. `visible`
+        ([n, cache slots] bool) replaces the causal mask (a tree's)."""
+        mask = None if visible is None else additive(visible, self.model.dtype)
         out = self.model(
             input_ids=input_ids,
             cache=self.cache,
-            cache_position=positions,
+            cache_position=slots,
             position_ids=positions[None],
+            attention_mask=mask,
             use_cache=True,
             logits_to_keep=keep,
             **capture(hidden_layers),
@@ -189,50 +218,63 @@ class CompiledCausalLM(CausalLM):
         return out.logits[0], captured(out, hidden_layers) if hidden_layers else None
 
     @torch.no_grad()
-    def forward_tokens(
-        self, ids: list[int], keep: int | None = None, hidden_layers: tuple[int, ...] = ()
-    ) -> torch.Tensor:
-        keep = len(ids) if keep is None else keep
-        if self.length + len(ids) > self.max_length:
+    def forward(
+        self,
+        ids: list[int],
+        positions: list[int] | None = None,
+        ancestors: torch.Tensor | None = None,
+        last: int | None = None,
+        hidden_layers: tuple[int, ...] = (),
+    ) -> Forward:
+        last = len(ids) if last is None else last
+        n = len(ids)
+        if self.length + n > self.max_length:
             raise ValueError(
-                f"{self.name}: {self.length} cached + {len(ids)} new positions exceed the static "
+                f"{self.name}: {self.length} cached + {n} new positions exceed the static "
                 f"cache of {self.max_length} (run.engine=compiled sizes it from the longest "
                 "prompt plus max_new_tokens)"
             )
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
-        positions = self._positions(len(ids))
-        hot = len(ids) <= HOT_TOKENS
-        if hot and len(ids) > 1:
-            torch._dynamo.mark_dynamic(input_ids, 1, min=2, max=HOT_TOKENS)
-            torch._dynamo.mark_dynamic(positions, 0, min=2, max=HOT_TOKENS)
+        slots = self._slots(n)
+        at = slots if positions is None else torch.tensor(positions, device=self.device)
+        visible = None
+        if ancestors is not None:
+            visible = torch.zeros(n, self.max_length, dtype=torch.bool, device=self.device)
+            visible[:, : self.length] = True
+            visible[:, self.length : self.length + n] = ancestors
+        hot = n <= HOT_TOKENS
+        if hot and n > 1:
+            for tensor, dim in ((input_ids, 1), (slots, 0), (at, 0), (visible, 0)):
+                if tensor is not None:
+                    torch._dynamo.mark_dynamic(tensor, dim, min=2, max=HOT_TOKENS)
         if self.time_forwards:
             t0 = self._tick()
         if hot:
             begin_step(self.device)
             with settled(self.warm):
-                logits, hidden = self.step(input_ids, positions, tuple(hidden_layers))
-            logits, hidden = keep_outputs(self.device, logits[-keep:], hidden)
+                logits, hidden = self.step(input_ids, slots, at, visible, tuple(hidden_layers))
+            logits, hidden = keep_outputs(self.device, logits[-last:], hidden)
         else:
-            logits, hidden = self._forward(input_ids, positions, tuple(hidden_layers), keep)
-        if hidden_layers:
-            self.hidden = hidden
+            logits, hidden = self._forward(
+                input_ids, slots, at, visible, tuple(hidden_layers), last
+            )
         logits = logits.float()
         if self.time_forwards:
             self.forward_s += self._tick() - t0
-        self.calls += 1
-        self.positions += len(ids)
-        self.length += len(ids)
-        return logits
+        self._fed(n)
+        return Forward(logits, hidden)
 
-    def warm_up(self, hidden_layers: tuple[int, ...] = ()) -> float:
-        """Compile both graphs (one token; two or more) for each capture the run will ask for,
-        then forget the sequence; returns the seconds it took, also added to `compile_s`."""
+    def warm_up(self, hidden_layers: tuple[int, ...] = (), trees: bool = False) -> float:
+        """Compile the graphs (one token; two or more, under the causal mask and, with `trees`,
+        under an ancestor mask) for each capture the run will ask for, then forget the
+        sequence; returns the seconds it took, also added to `compile_s`."""
         started = time.perf_counter()
         for layers in {(), tuple(hidden_layers)}:
-            self.reset()
-            self.forward_tokens([0], hidden_layers=layers)
-            self.forward_tokens([0, 0], hidden_layers=layers)
-            self.forward_tokens([0, 0, 0], hidden_layers=layers)
+            for tree in {False, trees}:
+                self.reset()
+                for n in (1, 2, 3):
+                    mask = ancestor_mask(1, [-1] * (n - 1), self.device) if tree else None
+                    self.forward([0] * n, ancestors=mask if n > 1 else None, hidden_layers=layers)
         self.reset()
         self.calls = self.positions = 0
         self.warm = True

@@ -151,9 +151,19 @@ class DFlashDrafter(Drafter):
     def _draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft:
         if n == 0 or self.unseen is None:  # the first round is the target's prefill alone
             return Draft([], None, 0, 0.0)
-        device = self.embedding.device
-        synchronize(device)
+        synchronize(self.embedding.device)
         t0 = time.perf_counter()
+        state = self.block_state(context, n)
+        logits = self.model.compute_logits(state[None], self.head)[0]
+        draft = self.choose(state, logits, context[-1], generator)
+        synchronize(self.embedding.device)
+        draft.seconds = time.perf_counter() - t0
+        return draft
+
+    def block_state(self, context: list[int], n: int) -> torch.Tensor:
+        """The drafter's output states [n, hidden] at the `n` positions after `context`, from
+        one forward over [anchor, mask x ...]; its cache keeps the context's features only."""
+        device = self.embedding.device
         anchor = len(context) - 1
         assert self.cached + len(self.unseen) == anchor, "observe() missed committed positions"
         # near a generation's end the reference's block still covers every remaining position
@@ -178,7 +188,6 @@ class DFlashDrafter(Drafter):
                 (state,) = keep_outputs(device, self.step(features, noise, start))
         else:
             state = self._forward(features, noise, start)
-        state = state[:, 1 : n + 1]
         # the context's keys and values stay, the block's go
         if self.static:
             seek(self.cache, anchor)
@@ -186,13 +195,17 @@ class DFlashDrafter(Drafter):
             self.cache.crop(-width)
         self.cached, self.unseen = anchor, None
         self.calls += 1
-        logits = self.model.compute_logits(state, self.head)
+        return state[0, 1 : n + 1]
+
+    def choose(
+        self, state: torch.Tensor, logits: torch.Tensor, anchor: int, generator: torch.Generator
+    ) -> Draft:
+        """The round's draft from the block's states [n, hidden] and logits [n, V]."""
         if self.selector is None:
-            tokens, q_probs = self.independent(logits[0].float(), generator)
+            tokens, q_probs = self.independent(logits.float(), generator)
         else:
-            tokens, q_probs = self.chained(state[0], logits[0], context[-1], generator)
-        synchronize(device)
-        return Draft(tokens, q_probs, 1, time.perf_counter() - t0)
+            tokens, q_probs = self.chained(state, logits, anchor, generator)
+        return Draft(tokens, q_probs, 1, 0.0)
 
     def independent(
         self, logits: torch.Tensor, generator: torch.Generator
