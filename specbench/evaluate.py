@@ -114,6 +114,7 @@ def record(job: Job, sample: Sample, decoded: dict[str, Decoded]) -> Record:
         verify_s=sum(g.verify_s for g in mine.turns),
         drafted_per_round=[n for g in mine.turns for n in g.draft_lengths],
         accepted_per_round=[n for g in mine.turns for n in g.accepted],
+        nodes_per_round=[n for g in mine.turns for n in g.nodes],
         rounds=[r for g in mine.turns for r in g.rounds],
         exact=job.method.exact(),
         facts=job.method.facts(job.arms.method),

@@ -87,7 +87,12 @@ def run_records(cell: list[str], engine: str, results: Path) -> tuple[dict, list
 
 
 @pytest.mark.parametrize(
-    "cell", [["method=sps", "drafter=tiny-ar"], ["method=dflash", "drafter=tiny-dflash"]]
+    "cell",
+    [
+        ["method=sps", "drafter=tiny-ar"],
+        ["method=dflash", "drafter=tiny-dflash"],
+        ["method=ddtree", "drafter=tiny-dflash", "method.budget=24"],
+    ],
 )
 def test_compiled_speculation_is_exact_and_drafts_as_eager_does(cell: list[str], tmp_path) -> None:
     """SpS with a compiled drafter, DFlash with its compiled drafter loop reading the compiled

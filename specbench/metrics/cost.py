@@ -8,6 +8,10 @@ E = 1 + sum_k prod_{i<k} alpha_i tokens, so
 
     predicted speedup = E * cost(target, 1 token) / (k * cost(drafter call) + cost(target, gamma + 1))
 
+A tree round (DDTree, SpS trees) verifies N nodes under an ancestor mask: the same formula with
+cost(target, N + 1) timed under such a mask, alpha_i the acceptance at depth i, and the
+drafting cost including the tree's construction.
+
 Diffusion-LLM methods (PSD, Spiffy, parallel policies) emit more tokens per call (TPF), with
 calls that may read more rows than the baseline's one:
 
@@ -28,6 +32,7 @@ from typing import Any
 import torch
 
 from specbench.metrics.speed import synchronize
+from specbench.models.causal import ancestor_mask
 from specbench.results.summary import Metrics
 
 GAP = 0.10  # a measured speedup further than this from the prediction is flagged
@@ -82,9 +87,18 @@ def speculative(
     target.prefill(prompt_ids)
     length = target.length
 
+    # a tree round verifies its nodes under an ancestor mask (a chain-shaped one: the mask's
+    # cost does not depend on its shape)
+    tree = summary.nodes_per_round is not None
+    verified = max(1, round(summary.nodes_per_round)) if tree else n
+
     def verify(tokens: int) -> float:
+        parents = list(range(-1, tokens - 2))
+        layout = (
+            {"ancestors": ancestor_mask(1, parents, target.device)} if tree and tokens > 1 else {}
+        )
         return median_ms(
-            lambda: target.forward_tokens([prompt_ids[-1]] * tokens),
+            lambda: target.forward([prompt_ids[-1]] * tokens, **layout),
             target.device,
             after=lambda: target.rollback(length),  # decoding rolls back only what it rejects
         )
@@ -105,23 +119,24 @@ def speculative(
     drafter_ms = median_ms(lambda: nfe.append(draft(next(contexts))), target.device)
     forward_ms = {
         "target_1": verify(1),
-        f"target_{n + 1}": verify(n + 1),
+        f"target_{verified + 1}": verify(verified + 1),
         "drafter_call": drafter_ms / max(1, statistics.median(nfe)),
     }
     calls = summary.nfe_drafter * summary.n_samples / rounds
-    predicted = predict_speculative(summary.accept_by_position[:n], calls, forward_ms, n)
+    predicted = predict_speculative(summary.accept_by_position[:n], calls, forward_ms, verified)
     return {"forward_ms": forward_ms, **verdict(predicted, summary.speedup)}
 
 
 def predict_speculative(
-    alphas: list[float], drafter_calls: float, forward_ms: dict[str, float], gamma: int
+    alphas: list[float], drafter_calls: float, forward_ms: dict[str, float], verified: int
 ) -> float:
-    """E * cost(target, 1) / (drafter calls * cost(drafter call) + cost(target, gamma + 1))."""
+    """E * cost(target, 1) / (drafter calls * cost(drafter call) + cost(target, verified + 1)),
+    `verified` the draft tokens a round's forward reads: gamma, or a tree's nodes."""
     expected, reach = 1.0, 1.0
     for alpha in alphas:
         reach *= alpha
         expected += reach
-    round_ms = drafter_calls * forward_ms["drafter_call"] + forward_ms[f"target_{gamma + 1}"]
+    round_ms = drafter_calls * forward_ms["drafter_call"] + forward_ms[f"target_{verified + 1}"]
     return expected * forward_ms["target_1"] / round_ms
 
 

@@ -99,6 +99,9 @@ def _rounds(records: list[Record], unit: str | None) -> dict[str, Any]:
     if unit == "tokens":
         out["acceptance_rate"] = _ratio(accepted, drafted)
         out["accept_by_position"] = accept_by_position(records)
+    tree_rounds = [n for r in records for n in r.nodes_per_round]
+    if tree_rounds:
+        out["nodes_per_round"] = mean(tree_rounds)
     return out
 
 

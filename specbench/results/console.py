@@ -55,9 +55,11 @@ def print_summary(summary: Summary, run_dir: Any) -> None:
             "top-2 logits are within rounding"
         )
     if summary.round_unit and summary.accepted_per_round is not None:
+        nodes = summary.nodes_per_round
         console.print(
             f"rounds: {summary.n_rounds}, {summary.accepted_per_round:.2f} "
             f"{summary.round_unit} accepted per round"
+            + ("" if nodes is None else f" from trees of {nodes:.1f} nodes")
         )
     for name, other in summary.vs.items():
         console.print(

@@ -70,6 +70,7 @@ class Record:
     # per round, in the method's round unit (the summary's `round_unit`)
     drafted_per_round: list[int] = field(default_factory=list)
     accepted_per_round: list[int] = field(default_factory=list)
+    nodes_per_round: list[int] = field(default_factory=list)  # tree drafts: nodes verified
     rounds: list[dict] = field(default_factory=list)  # per-round facts a drafter reports
     exact: bool = True  # the method's claim for this config, with respect to the baseline arm
     facts: dict[str, Any] = field(default_factory=dict)  # `Method.facts` of this config

@@ -52,6 +52,7 @@ class Metrics:
     accepted_per_round: float | None = None
     acceptance_rate: float | None = None
     accept_by_position: list[float] | None = None
+    nodes_per_round: float | None = None  # tree drafts: nodes verified per round
     nfe_target: float | None = None
     nfe_drafter: float | None = None
     tpf: float | None = None
