@@ -89,18 +89,21 @@ def run_records(cell: list[str], engine: str, results: Path) -> tuple[dict, list
 @pytest.mark.parametrize(
     "cell",
     [
-        ["method=sps", "drafter=tiny-ar"],
+        ["method=sps", "drafter=tiny-ar", "method.tree=dynamic", "method.budget=12"],
         ["method=dflash", "drafter=tiny-dflash"],
         ["method=ddtree", "drafter=tiny-dflash", "method.budget=24"],
     ],
+    ids=["sps-tree-and-chain", "dflash", "ddtree"],
 )
 def test_compiled_speculation_is_exact_and_drafts_as_eager_does(cell: list[str], tmp_path) -> None:
-    """SpS with a compiled drafter, DFlash with its compiled drafter loop reading the compiled
-    target's hidden states: every sample equal to the compiled target's own decoding, and
-    every round accepting what the eager engine's round accepts (the same drafts: a wrong
-    cache, mask or captured layer in the compiled drafter changes them, never the output)."""
+    """SpS's tree and its chain arm with a compiled drafter, DFlash with its compiled drafter
+    loop reading the compiled target's hidden states: every sample of every arm equal to the
+    compiled target's own decoding, and every round accepting what the eager engine's round
+    accepts (the same drafts: a wrong cache, mask or captured layer in the compiled drafter
+    changes them, never the output)."""
     summary, records, env = run_records(cell, "compiled", tmp_path / "compiled")
     assert summary.n_samples == 3 and summary.lossless_rate == 1.0
+    assert all(arm.identical_rate == 1.0 for arm in summary.vs.values())
     for record in records:
         assert record["method"]["output_ids"] == record["baseline"]["output_ids"]
     _, eager, _ = run_records(cell, "eager", tmp_path / "eager")

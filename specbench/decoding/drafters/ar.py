@@ -1,23 +1,39 @@
-"""SpS: a small causal LM drafts gamma tokens one at a time, keeping its own KV cache."""
+"""SpS: a small causal LM drafts gamma tokens one at a time, keeping its own KV cache; or, with
+`tree=dynamic`, a dynamic draft tree of depth gamma (EAGLE-2, Li et al. 2024).
+
+The tree grows one depth per drafter forward: the `top_k` nodes of the newest depth with the
+highest cumulative log-probability (the drafter's raw log-softmax summed along the path) each
+get their `top_k` most probable children; after depth gamma every candidate is reranked by the
+same score and the `budget` best are verified. A child never scores above its parent, so the
+best nodes, ties going to the earlier (shallower) node, are a tree.
+
+The drafter's cache takes new tokens at explicit positions under an ancestor mask, but every
+new token reads every cached slot: a frontier node cannot be kept from reading the other
+branches cached before it. So each depth's forward re-reads its frontier's ancestors with it,
+over the committed context only, and the cache is rolled back to that context after every
+forward.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from specbench.decoding.configs import SpSConfig
-from specbench.decoding.generation import Draft
+from specbench.decoding.generation import Decoder, Draft, Generation, Stop
 from specbench.decoding.speculative import (
     Drafter,
     DraftVerifyMethod,
     GammaSchedule,
     SpeculativeDecoder,
 )
-from specbench.decoding.verify import is_lossless, make_rule, resolve_rule
+from specbench.decoding.verify import is_lossless, make_rule, make_tree_rule, resolve_rule
 from specbench.decoding.warp import Warp
 from specbench.metrics.speed import synchronize
-from specbench.models.causal import CausalLM
+from specbench.models.causal import CausalLM, ancestor_mask, tree_positions
 from specbench.registry import METHODS
 
 
@@ -39,16 +55,15 @@ def fit_vocab(logits: torch.Tensor, size: int) -> torch.Tensor:
     return torch.cat([logits, pad], dim=-1)
 
 
-class ARDrafter(Drafter):
-    """Drafts autoregressively, stopping early at a stop token. Its cache holds the last context
-    plus all but the last draft token; on the next call only what changed (rejected drafts) is
-    rolled back and re-read. Its logits are cut or padded to the target's vocabulary size
-    (checkpoints of one tokenizer may pad their embedding matrices differently)."""
+class CachedDrafter(Drafter):
+    """A causal drafter keeping its KV cache across rounds: `cached` is what the cache holds,
+    and a round rolls back only what its context changed. Its logits are cut or padded to the
+    target's vocabulary size (checkpoints of one tokenizer may pad their embedding matrices
+    differently)."""
 
-    def __init__(self, lm: CausalLM, warp: Warp, stop_ids: set[int], vocab_size: int):
-        self.lm, self.warp, self.stop_ids, self.vocab_size = lm, warp, stop_ids, vocab_size
-        self.cached: list[int] = []
-        self.context_len = 0
+    def __init__(self, lm: CausalLM, stop_ids: set[int], vocab_size: int):
+        self.lm, self.stop_ids, self.vocab_size = lm, stop_ids, vocab_size
+        self.reset()
 
     @property
     def calls(self) -> int:
@@ -57,15 +72,38 @@ class ARDrafter(Drafter):
     def reset(self) -> None:
         self.lm.reset()
         self.cached, self.context_len = [], 0
+        self.own_calls = self.lm.calls
+
+    def resume(self, context: list[int]) -> list[int]:
+        """Roll the cache back to its longest prefix of `context`, one token short at most so
+        that a forward reads the newest; the context's tokens still to feed. A cache another
+        drafter fed since (a reference arm's, on the same model) holds nothing of ours."""
+        if self.lm.calls != self.own_calls:
+            self.cached, self.context_len = [], 0
+        keep = min(common_prefix_len(self.cached, context, self.context_len), len(context) - 1)
+        self.lm.rollback(keep)
+        return context[keep:]
+
+    def remember(self, cached: list[int], context_len: int) -> None:
+        """After a draft: the tokens the cache holds, of which the first `context_len` are the
+        context's."""
+        self.cached, self.context_len, self.own_calls = cached, context_len, self.lm.calls
+
+
+class ARDrafter(CachedDrafter):
+    """Drafts autoregressively, stopping early at a stop token. Its cache holds the last context
+    plus all but the last draft token."""
+
+    def __init__(self, lm: CausalLM, warp: Warp, stop_ids: set[int], vocab_size: int):
+        super().__init__(lm, stop_ids, vocab_size)
+        self.warp = warp
 
     def draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft:
         if n == 0:
             return Draft([], None, 0, 0.0)
         synchronize(self.lm.device)
         t0 = time.perf_counter()
-        keep = min(common_prefix_len(self.cached, context, self.context_len), len(context) - 1)
-        self.lm.rollback(keep)
-        feed = context[keep:]
+        feed = self.resume(context)
         tokens: list[int] = []
         q_rows: list[torch.Tensor] = []
         for _ in range(n):
@@ -80,11 +118,122 @@ class ARDrafter(Drafter):
             if token in self.stop_ids:
                 break
             feed = [token]
-        self.cached = context + tokens[:-1]
-        self.context_len = len(context)
+        self.remember(context + tokens[:-1], len(context))
         synchronize(self.lm.device)
         q_probs = torch.stack(q_rows) if q_rows else None
         return Draft(tokens, q_probs, len(tokens), time.perf_counter() - t0)
+
+
+@dataclass
+class Candidates:
+    """Every node a round's tree grew: node k's token, parent node (-1: the root, the newest
+    committed token) and cumulative log-probability, nodes numbered as grown, depth by depth,
+    so parents come before their children."""
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+
+    def grow(self, nodes: list[int], logits: torch.Tensor, k: int) -> list[int]:
+        """Give node `nodes[i]` the `k` most probable children of `logits[i]`; the new nodes."""
+        log_probs, ids = logits.log_softmax(-1).topk(min(k, logits.shape[-1]), -1)
+        grown = []
+        for node, row_scores, row_ids in zip(nodes, log_probs.tolist(), ids.tolist()):
+            base = self.scores[node] if node >= 0 else 0.0
+            for score, token in zip(row_scores, row_ids):
+                grown.append(len(self.tokens))
+                self.tokens.append(token)
+                self.parents.append(node)
+                self.scores.append(base + score)
+        return grown
+
+    def best(self, nodes: list[int] | range, k: int) -> list[int]:
+        """The `k` highest-scoring of `nodes`, ties to the earlier node, in node order."""
+        return sorted(sorted(nodes, key=lambda i: (-self.scores[i], i))[:k])
+
+    def with_ancestors(self, nodes: list[int]) -> list[int]:
+        """`nodes` and all their ancestors, in node order."""
+        closed = set()
+        for node in nodes:
+            while node >= 0 and node not in closed:
+                closed.add(node)
+                node = self.parents[node]
+        return sorted(closed)
+
+    def subtree(self, nodes: list[int]) -> tuple[list[int], list[int]]:
+        """(tokens, parents) of `nodes` (in node order, closed under ancestors), parents
+        re-indexed into the list."""
+        index = {node: i for i, node in enumerate(nodes)}
+        assert all(self.parents[n] in index for n in nodes if self.parents[n] >= 0), nodes
+        tokens = [self.tokens[n] for n in nodes]
+        return tokens, [index[self.parents[n]] if self.parents[n] >= 0 else -1 for n in nodes]
+
+
+class TreeDrafter(CachedDrafter):
+    """EAGLE-2's dynamic draft tree from a causal drafter (the module docstring has the
+    algorithm). Nodes are chosen by argmax ranks, whatever the temperature: the tree rules
+    verify any tree fixed before the target reads it exactly. Between forwards the cache holds
+    the committed context but its newest token, which every forward reads first."""
+
+    def __init__(self, lm: CausalLM, stop_ids: set[int], vocab_size: int, top_k: int, budget: int):
+        super().__init__(lm, stop_ids, vocab_size)
+        self.top_k, self.budget = top_k, budget
+
+    def draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft:
+        if n == 0:
+            return Draft([], None, 0, 0.0)
+        synchronize(self.lm.device)
+        t0 = time.perf_counter()
+        tree = Candidates()
+        frontier = tree.grow([-1], self.read(self.resume(context), [], [], 1), self.top_k)
+        forwards = 1
+        for _ in range(n - 1):
+            unstopped = [node for node in frontier if tree.tokens[node] not in self.stop_ids]
+            expand = tree.best(unstopped, self.top_k)
+            if not expand:
+                break
+            tokens, parents = tree.subtree(tree.with_ancestors(expand))  # expand: the last nodes
+            logits = self.read(context[-1:], tokens, parents, len(expand))
+            frontier = tree.grow(expand, logits, self.top_k)
+            forwards += 1
+        tokens, parents = tree.subtree(tree.best(range(len(tree.tokens)), self.budget))
+        self.remember(context[:-1], len(context) - 1)
+        synchronize(self.lm.device)
+        return Draft(tokens, None, forwards, time.perf_counter() - t0, parents=parents)
+
+    def read(
+        self, chain: list[int], tokens: list[int], parents: list[int], last: int
+    ) -> torch.Tensor:
+        """One forward over the context's uncached `chain` (the newest token last) and a tree
+        of `tokens` hanging off it, at tree positions under the ancestor mask: the logits of
+        the `last` rows. The cache then drops the tree and the newest token again."""
+        layout = {}
+        if parents:
+            layout = {
+                "positions": tree_positions(self.lm.length, len(chain), parents),
+                "ancestors": ancestor_mask(len(chain), parents, self.lm.device),
+            }
+        logits = self.lm.forward(chain + tokens, last=last, **layout).logits
+        self.lm.rollback(self.lm.length - len(tokens) - 1)
+        return fit_vocab(logits, self.vocab_size)
+
+
+class Deferred:
+    """A decoder built at its first `generate`: `Method.references` is asked before `build`
+    has seen the drafter a reference arm drafts with."""
+
+    def __init__(self, build: Callable[[], Decoder]):
+        self.build, self.decoder = build, None
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        generator: torch.Generator,
+        stop: Stop | None = None,
+    ) -> Generation:
+        self.decoder = self.decoder or self.build()
+        return self.decoder.generate(prompt_ids, max_new_tokens, generator, stop)
 
 
 def rule_label(rule: str, leniency: float, warp: Warp) -> list[str]:
@@ -95,7 +244,8 @@ def rule_label(rule: str, leniency: float, warp: Warp) -> list[str]:
 @METHODS.register
 class SpS(DraftVerifyMethod):
     """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023): a small causal LM drafts
-    gamma tokens, the target verifies them in one forward."""
+    gamma tokens, the target verifies them in one forward; with `tree=dynamic` it drafts an
+    EAGLE-2 tree of depth gamma instead, measured against its own chain (`vs.chain`)."""
 
     name = "sps"
     Config = SpSConfig
@@ -104,18 +254,38 @@ class SpS(DraftVerifyMethod):
 
     def build(self, target: CausalLM, drafter: CausalLM, task: object) -> SpeculativeDecoder:
         cfg, warp = self.cfg, self.warp
+        self.drafter_lm = drafter  # the chain arm of `references` drafts with it too
+        if cfg.tree is None:
+            proposer = ARDrafter(drafter, warp, target.eos_token_ids, target.vocab_size)
+        else:
+            proposer = TreeDrafter(
+                drafter, target.eos_token_ids, target.vocab_size, cfg.top_k, cfg.budget
+            )
         return SpeculativeDecoder(
             target,
-            ARDrafter(drafter, warp, target.eos_token_ids, target.vocab_size),
+            proposer,
             make_rule(cfg.rule, cfg.leniency, warp),
             warp,
             GammaSchedule(cfg.gamma, cfg.schedule),
+            tree_rule=None if cfg.tree is None else make_tree_rule(cfg.rule, warp),
         )
+
+    def references(self, target: CausalLM) -> dict[str, Decoder | None]:
+        """A tree is measured against the chain of its own depth on the same samples."""
+        if self.cfg.tree is None:
+            return {}
+        chain = SpS(replace(self.cfg, tree=None), self.warp)
+        return {"chain": Deferred(lambda: chain.build(target, self.drafter_lm, None))}
+
+    def drafts_trees(self) -> bool:
+        return self.cfg.tree is not None
 
     def exact(self) -> bool:
         return is_lossless(self.cfg.rule, self.warp)
 
     def label(self) -> str:
-        schedule = [] if self.cfg.schedule == "constant" else [self.cfg.schedule]
-        rule = rule_label(self.cfg.rule, self.cfg.leniency, self.warp)
-        return " ".join(["sps", f"γ{self.cfg.gamma}", *schedule, *rule])
+        cfg = self.cfg
+        schedule = [] if cfg.schedule == "constant" else [cfg.schedule]
+        tree = [] if cfg.tree is None else ["tree", f"k{cfg.top_k}", f"N{cfg.budget}"]
+        rule = rule_label(cfg.rule, cfg.leniency, self.warp)
+        return " ".join(["sps", f"γ{cfg.gamma}", *schedule, *tree, *rule])
