@@ -57,10 +57,11 @@ class Method(ABC):
         the target's own plain decoding unless a method says otherwise."""
         return AutoregressiveDecoder(target, self.warp)
 
-    def references(self, target: Any) -> dict[str, Decoder | None]:
+    def references(self, target: Any, drafter: Any) -> dict[str, Decoder | None]:
         """Further arms run on every sample, each summarised as `vs.<name>` (a paper's own
-        baseline where it differs from `baseline`); None names the baseline arm itself, so a
-        summary always carries the comparison without decoding twice."""
+        baseline where it differs from `baseline`, or a tree's chain from the same drafter);
+        None names the baseline arm itself, so a summary always carries the comparison
+        without decoding twice."""
         return {}
 
     def drafts_trees(self) -> bool:

@@ -387,7 +387,7 @@ def measure(plan: Plan) -> Summary:
     config, method = plan.config, plan.method
     target, drafter = load_models(plan)
     baseline = method.baseline(target) if config.run.baseline else None
-    references = method.references(target) if config.run.baseline else {}
+    references = method.references(target, drafter) if config.run.baseline else {}
     arms = Arms(method.build(target, drafter, plan.task), baseline, references)
     stop = Stop(
         frozenset(target.eos_token_ids), tuple(config.task.stop), decode=plan.tokenizer.decode

@@ -242,7 +242,7 @@ def test_one_token_per_step_is_claimed_only_where_every_step_commits_one(world, 
     method = DLLM(cfg, Warp())
     assert method.exact() == one and ("1/step" in method.label()) == one
     psd = PSD(PSDConfig(block_length=32, policy="quota", schedule=schedule, depth=2), Warp())
-    assert (psd.references(dlm)["one_token_per_step"] is None) == one
+    assert (psd.references(dlm, None)["one_token_per_step"] is None) == one
 
 
 def test_threshold_dynamic_and_localleap_follow_their_definitions() -> None:

@@ -153,7 +153,11 @@ def test_tree_knobs_label_arms_and_refusals() -> None:
     method = tree_sps(4, 4, 16)
     assert method.label() == "sps γ4 tree k4 N16" and method.drafts_trees()
     chain = SpS(SpSConfig(gamma=4), Warp())
-    assert chain.label() == "sps γ4" and not chain.drafts_trees() and chain.references(None) == {}
+    assert (
+        chain.label() == "sps γ4"
+        and not chain.drafts_trees()
+        and chain.references(None, None) == {}
+    )
     for knobs, key in [
         ({"tree": "static"}, "method.tree"),
         ({"top_k": 0}, "method.top_k"),

@@ -131,7 +131,9 @@ class SpeculativeDLLMMethod(DiffusionLLMMethod):
     def baseline(self, target: MaskedDiffusionLM) -> BlockDecoder:
         return BlockDecoder(target, self.cfg)
 
-    def references(self, target: MaskedDiffusionLM) -> dict[str, BlockDecoder | None]:
+    def references(
+        self, target: MaskedDiffusionLM, drafter: None
+    ) -> dict[str, BlockDecoder | None]:
         one = None if one_token_per_step(self.cfg) else vanilla(self.cfg, target)
         return {"one_token_per_step": one}
 

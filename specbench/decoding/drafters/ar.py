@@ -17,13 +17,12 @@ forward.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import torch
 
 from specbench.decoding.configs import SpSConfig
-from specbench.decoding.generation import Decoder, Draft, Generation, Stop
+from specbench.decoding.generation import Decoder, Draft
 from specbench.decoding.speculative import (
     Drafter,
     DraftVerifyMethod,
@@ -218,24 +217,6 @@ class TreeDrafter(CachedDrafter):
         return fit_vocab(logits, self.vocab_size)
 
 
-class Deferred:
-    """A decoder built at its first `generate`: `Method.references` is asked before `build`
-    has seen the drafter a reference arm drafts with."""
-
-    def __init__(self, build: Callable[[], Decoder]):
-        self.build, self.decoder = build, None
-
-    def generate(
-        self,
-        prompt_ids: list[int],
-        max_new_tokens: int,
-        generator: torch.Generator,
-        stop: Stop | None = None,
-    ) -> Generation:
-        self.decoder = self.decoder or self.build()
-        return self.decoder.generate(prompt_ids, max_new_tokens, generator, stop)
-
-
 def rule_label(rule: str, leniency: float, warp: Warp) -> list[str]:
     """A lenient rule and its knob for a label; nothing for the exact rules."""
     return [] if is_lossless(rule, warp) else [f"{resolve_rule(rule, warp)}{leniency:g}"]
@@ -254,7 +235,6 @@ class SpS(DraftVerifyMethod):
 
     def build(self, target: CausalLM, drafter: CausalLM, task: object) -> SpeculativeDecoder:
         cfg, warp = self.cfg, self.warp
-        self.drafter_lm = drafter  # the chain arm of `references` drafts with it too
         if cfg.tree is None:
             proposer = ARDrafter(drafter, warp, target.eos_token_ids, target.vocab_size)
         else:
@@ -270,12 +250,11 @@ class SpS(DraftVerifyMethod):
             tree_rule=None if cfg.tree is None else make_tree_rule(cfg.rule, warp),
         )
 
-    def references(self, target: CausalLM) -> dict[str, Decoder | None]:
+    def references(self, target: CausalLM, drafter: CausalLM) -> dict[str, Decoder | None]:
         """A tree is measured against the chain of its own depth on the same samples."""
         if self.cfg.tree is None:
             return {}
-        chain = SpS(replace(self.cfg, tree=None), self.warp)
-        return {"chain": Deferred(lambda: chain.build(target, self.drafter_lm, None))}
+        return {"chain": SpS(replace(self.cfg, tree=None), self.warp).build(target, drafter, None)}
 
     def drafts_trees(self) -> bool:
         return self.cfg.tree is not None

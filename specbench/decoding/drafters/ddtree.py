@@ -21,9 +21,9 @@ import heapq
 
 import torch
 
-from specbench.decoding.configs import DDTreeConfig
+from specbench.decoding.configs import DDTreeConfig, DFlashConfig
 from specbench.decoding.drafters.dflash import DFlash, DFlashDrafter
-from specbench.decoding.generation import Draft
+from specbench.decoding.generation import Decoder, Draft
 from specbench.decoding.speculative import GammaSchedule, SpeculativeDecoder
 from specbench.decoding.verify import make_rule, make_tree_rule
 from specbench.decoding.warp import Warp
@@ -84,7 +84,9 @@ class DDTreeDrafter(DFlashDrafter):
 
 @METHODS.register
 class DDTree(DFlash):
-    """DDTree: DFlash's drafter, its block's most probable prefixes verified as one tree."""
+    """DDTree: DFlash's drafter, its block's most probable prefixes verified as one tree,
+    measured against DFlash's chain from the same drafter and block on every sample
+    (`vs.dflash`)."""
 
     name = "ddtree"
     Config = DDTreeConfig
@@ -101,6 +103,10 @@ class DDTree(DFlash):
             GammaSchedule(block_size - 1, "constant"),
             tree_rule=make_tree_rule(cfg.rule, warp),
         )
+
+    def references(self, target: CausalLM, drafter: torch.nn.Module) -> dict[str, Decoder | None]:
+        chain = DFlashConfig(block_size=self.cfg.block_size, rule=self.cfg.rule)
+        return {"dflash": DFlash(chain, self.warp).build(target, drafter, None)}
 
     def drafts_trees(self) -> bool:
         return True
