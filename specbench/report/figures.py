@@ -2,7 +2,8 @@
 
 A spec (experiments/<name>.yaml) names its kind (`leaderboard`, `pareto`, `frontier`, or
 `headline`: the README's table, written between its `<!-- headline:start/end -->` markers), its
-task and axes, the cells it needs (each entry a filter; list values expand into a grid) and the
+task and axes (`speed`; `quality`, a metric of the task, or `y` and `higher`, any column of the
+runs table), the cells it needs (each entry a filter; list values expand into a grid) and the
 commands that produce them. A missing cell fails the whole command with the cells and those
 commands, so a figure is never drawn from part of its data.
 """
@@ -63,8 +64,7 @@ def build(spec: dict, runs: pd.DataFrame, out: Path) -> list[Path]:
         raise MissingCells(message)
     cells = pd.concat([select(runs, c) for e in spec["cells"] for c in expand(e)])
     cells = cells.drop_duplicates("run_id")
-    quality = f"quality.{spec['quality']}"
-    higher = higher_is_better(spec["task"]).get(spec["quality"], True)
+    quality, higher = second_axis(spec)
     target = out / spec["name"]
     if spec["kind"] == "headline":
         return [headline(spec, cells, out)]
@@ -77,6 +77,15 @@ def build(spec: dict, runs: pd.DataFrame, out: Path) -> list[Path]:
     else:
         written, groups = [], {"cells": cells}
     return written + pareto.plot(groups, spec["speed"], quality, higher, spec["name"], target)
+
+
+def second_axis(spec: dict) -> tuple[str, bool]:
+    """The figure's y axis and whether higher is better there: the task's quality metric, or
+    any column of the runs table the spec names as `y` with its `higher` (a knob a sweep varies,
+    such as a tree's node budget, against which speedup then shows its front)."""
+    if "y" in spec:
+        return spec["y"], spec["higher"]
+    return f"quality.{spec['quality']}", higher_is_better(spec["task"]).get(spec["quality"], True)
 
 
 def headline(spec: dict, cells: pd.DataFrame, out: Path) -> Path:
