@@ -1,5 +1,7 @@
 """Shared fixtures: the random-init built-ins written once per test session into a temp cache."""
 
+# ruff: noqa: E402 (the kernels are pinned before torch is imported)
+
 from __future__ import annotations
 
 import os
@@ -7,6 +9,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from specbench import cpu_kernels
+
+cpu_kernels.pin()  # before torch loads: the bf16 goldens are AVX2 kernels' output (cpu_kernels.py)
+
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig

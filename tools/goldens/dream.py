@@ -48,8 +48,13 @@ import sys
 import types
 from pathlib import Path
 
-import torch
-from safetensors.torch import save_file
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from specbench import cpu_kernels  # noqa: E402 (os alone; no specbench dependency)
+
+cpu_kernels.pin()  # before torch loads: the bf16 goldens are the AVX2 kernels' output
+
+import torch  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[2] / "tests" / "goldens" / "dream"
 SEED = 1234

@@ -35,15 +35,19 @@ stored bfloat16 file loads back to the very weights used here.
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 os.environ["TORCHDYNAMO_DISABLE"] = "1"  # before torch is imported
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from specbench import cpu_kernels  # noqa: E402 (os alone; no specbench dependency)
+
+cpu_kernels.pin()  # the bf16 goldens are the AVX2 kernels' output, as the tests compare them
 
 import argparse  # noqa: E402
 import copy  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
