@@ -249,7 +249,7 @@ atexit.register(lambda: print(sorted(m for m in ("torch", "transformers") if m i
     [
         (
             ["method.gamam=3"],
-            "method.gamam: no such key in SpSConfig; allowed: name, gamma, schedule, rule, leniency",
+            "method.gamam: no such key in SpSConfig; allowed: name, gamma, schedule, rule, leniency, tree, top_k, budget",
         ),
         (
             ["run.limit=many"],

@@ -14,6 +14,9 @@ from conftest import builtin, compose_cfg
 from specbench.models.compiled import CompiledCausalLM, static_length
 from specbench.pipeline import execute, prepare
 
+# graphs compiled for each cell: minutes in all, so in `make test-slow` (CI runs both)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def pair():

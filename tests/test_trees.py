@@ -28,13 +28,15 @@ from specbench.pipeline import execute, prepare
 PROMPT = list(range(40, 70))
 
 
-@pytest.fixture(scope="module")
-def engines() -> list[CausalLM]:
-    """The tiny target eager, and compiled with its tree graphs built (as a tree method's run
+@pytest.fixture(scope="module", params=["eager", pytest.param("compiled", marks=pytest.mark.slow)])
+def lm(request: pytest.FixtureRequest) -> CausalLM:
+    """The tiny target eager, or compiled with its tree graphs built (as a tree method's run
     warms it up)."""
+    if request.param == "eager":
+        return builtin("tiny")
     compiled = CompiledCausalLM.from_eager(builtin("tiny"), 128)
     compiled.warm_up(trees=True)
-    return [builtin("tiny"), compiled]
+    return compiled
 
 
 def random_tree(n: int, seed: int) -> tuple[list[int], list[int]]:
@@ -70,9 +72,7 @@ def feed_tree(lm: CausalLM, root: int, tokens: list[int], parents: list[int]) ->
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("engine", ["eager", "compiled"])
-def test_an_ancestor_mask_reads_each_node_as_its_root_path(engines, engine: str, seed: int):
-    lm = engines[engine == "compiled"]
+def test_an_ancestor_mask_reads_each_node_as_its_root_path(lm: CausalLM, seed: int):
     tokens, parents = random_tree(12, seed)
     logits = feed_tree(lm, 7, tokens, parents)
     for node in range(len(tokens)):
@@ -81,11 +81,9 @@ def test_an_ancestor_mask_reads_each_node_as_its_root_path(engines, engine: str,
         torch.testing.assert_close(logits[1 + node], want, rtol=0, atol=1e-4)
 
 
-@pytest.mark.parametrize("engine", ["eager", "compiled"])
-def test_keep_leaves_the_cache_a_forward_over_the_kept_path_leaves(engines, engine: str):
+def test_keep_leaves_the_cache_a_forward_over_the_kept_path_leaves(lm: CausalLM):
     """For every leaf of a random tree: keep the root and the leaf's path (never a prefix of
     the fed tokens but along the first branch), then feed two tokens after it."""
-    lm = engines[engine == "compiled"]
     tokens, parents = random_tree(10, seed=2)
     leaves = sorted(set(range(len(tokens))) - set(parents))
     for leaf in leaves:
