@@ -22,8 +22,8 @@ demo: install
 	$(BIN)/specbench-run run.limit=20 $(DEMO_ARGS)
 
 # One test process per core (pytest-xdist); each worker keeps torch to one thread (conftest).
-# `make test` leaves out the tests marked slow (compiled graphs, bf16 reference decodes), which
-# `make test-slow` runs; CI runs both.
+# `make test` leaves out the tests marked slow (pyproject.toml names them), which `make test-slow`
+# runs; CI runs both.
 test: install
 	$(BIN)/pytest -q -n auto -m "not slow"
 

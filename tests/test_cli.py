@@ -124,6 +124,7 @@ def cell_args(results: Path, limit: int, wandb: str, new_tokens: int) -> list[st
     ]
 
 
+@pytest.mark.slow
 def test_a_run_killed_midway_resumes_and_holds_every_sample_once(tmp_path: Path) -> None:
     results = tmp_path / "results"
     args = cell_args(results, limit=10, wandb="disabled", new_tokens=48)
@@ -140,6 +141,7 @@ def test_a_run_killed_midway_resumes_and_holds_every_sample_once(tmp_path: Path)
     assert json.loads((records.parent / "summary.json").read_text())["n_samples"] == 10
 
 
+@pytest.mark.slow
 def test_ctrl_c_is_one_line_and_the_rerun_continues_the_same_wandb_run(tmp_path: Path) -> None:
     results = tmp_path / "results"
     args = cell_args(results, limit=16, wandb="offline", new_tokens=48)
@@ -213,6 +215,7 @@ store._write_all = full
 """
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_line_and_the_rerun_resumes(tmp_path: Path) -> None:
     """Mid-run, with W&B mirroring: the error is the command's last line (W&B's run is ended
     as failed, quietly, not by its exit hook's closing lines)."""

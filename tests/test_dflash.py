@@ -152,6 +152,7 @@ def test_greedy_dflash_is_the_packages_dflash_generate(
     assert (whole_blocks > 0) == (mask == REPEATED)  # accepted drafts are compared too
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "v2, warp",
     [(False, Warp(temperature=1.0)), (True, Warp(temperature=0.7, top_k=3))],

@@ -19,6 +19,7 @@ LENGTH, DRAWS = 3, 6000
 PROMPT = [1, 3, 0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("warp", [Warp(temperature=1.0), Warp(temperature=0.7, top_k=3)])
 def test_sps_samples_the_target_law(warp: Warp) -> None:
     target, drafter = toy_lm(n_layer=2, seed=0), toy_lm(n_layer=1, seed=1)

@@ -57,6 +57,7 @@ def test_greedy_tree_sps_is_the_targets_greedy_decoding(
     assert accepted > 0 and (branched > 0 or budget <= gamma)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("warp", [Warp(temperature=1.0), Warp(temperature=0.7, top_k=3)])
 def test_sampled_tree_sps_samples_the_target_law(warp: Warp) -> None:
     length, draws, prompt = 3, 3000, [1, 3, 0]

@@ -67,6 +67,7 @@ def test_a_failing_cell_leaves_the_others_complete_and_is_reported(tmp_path: Pat
     assert "1 failed" in out
 
 
+@pytest.mark.slow
 def test_a_sweep_killed_midway_is_finished_by_rerunning_it(tmp_path: Path) -> None:
     results = tmp_path / "results"
     args = [

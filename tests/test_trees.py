@@ -175,6 +175,7 @@ def test_ddtree_accepts_more_than_dflash_with_the_same_drafter(tmp_path) -> None
     assert chain.nfe_reduction > 1.3, (summary.tau, chain.nfe_reduction)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("warp", [Warp(temperature=1.0), Warp(temperature=0.7, top_k=3)])
 def test_sampling_ddtree_samples_the_target_law(warp: Warp) -> None:
     length, draws, prompt = 3, 3000, [1, 3, 0]
