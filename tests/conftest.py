@@ -24,6 +24,7 @@ from specbench.config import ModelConfig
 from specbench.models.causal import CausalLM
 from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.models.loading import load_causal_lm, load_diffusion_lm
+from specbench.pipeline import execute, prepare
 from specbench.registry import discover
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -94,6 +95,18 @@ def compose_cfg(*overrides: str) -> DictConfig:
     defaults = ["logging.wandb.mode=disabled", "run.warmup=0", "run.progress=false"]
     with initialize_config_dir(str(paths.CONF_DIR), version_base="1.3"):
         return compose("config", overrides=[*defaults, *overrides])
+
+
+def tree_beside_its_chain(tmp_path: Path, chain: str, *cell: str) -> float:
+    """A tree cell on 3 tiny-world samples, greedy: both it and its chain arm (`vs.<chain>`,
+    same drafter, same samples) token-identical to the target's own decoding, so the chain's
+    target forwards over the tree's (its nfe_reduction, returned) are the tree's tau over the
+    chain's."""
+    cfg = compose_cfg(*cell, "run.limit=3", "run.max_new_tokens=40", f"run.results_dir={tmp_path}")
+    summary = execute(prepare(cfg))
+    versus = summary.vs[chain]
+    assert summary.lossless_rate == 1.0 and versus.identical_rate == 1.0
+    return versus.nfe_reduction
 
 
 # float32 reads that sum in another order than the read they equal: other shapes, masks or

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import builtin, compose_cfg, law_pvalue
+from conftest import builtin, law_pvalue, tree_beside_its_chain
 from specbench.decoding.configs import SpSConfig
 from specbench.decoding.drafters.ar import ARDrafter, SpS, TreeDrafter, fit_vocab
 from specbench.decoding.plain import AutoregressiveDecoder
@@ -18,7 +18,6 @@ from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
 from specbench.models.causal import CausalLM, node_depths
 from specbench.models.toy import exact_law, toy_lm
-from specbench.pipeline import execute, prepare
 
 
 def random_prompts(n: int, seed: int = 0) -> list[list[int]]:
@@ -172,18 +171,6 @@ def test_tree_knobs_label_arms_and_refusals() -> None:
 
 
 def test_the_tiny_worlds_tree_is_lossless_and_measured_against_its_chain(tmp_path) -> None:
-    """Both arms greedy and lossless, so the tree's fewer target forwards (nfe_reduction over
-    the chain) are its tau over the chain's."""
-    cfg = compose_cfg(
-        "method=sps",
-        "drafter=tiny-ar",
-        "method.gamma=4",
-        "method.tree=dynamic",
-        "run.limit=3",
-        "run.max_new_tokens=40",
-        f"run.results_dir={tmp_path}",
-    )
-    summary = execute(prepare(cfg))
-    chain = summary.vs["chain"]
-    assert summary.lossless_rate == 1.0 and chain.identical_rate == 1.0
-    assert chain.nfe_reduction > 1.2, (summary.tau, chain.nfe_reduction)
+    """Tau at least 1.2x the chain's (the issue's goal for tree SpS)."""
+    cell = ["method=sps", "drafter=tiny-ar", "method.gamma=4", "method.tree=dynamic"]
+    assert tree_beside_its_chain(tmp_path, "chain", *cell) > 1.2

@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from conftest import builtin, compose_cfg, law_pvalue
+from conftest import builtin, law_pvalue, tree_beside_its_chain
 from specbench.decoding.configs import DDTreeConfig
 from specbench.decoding.drafters.ddtree import DDTree
 from specbench.decoding.plain import AutoregressiveDecoder
@@ -23,7 +23,6 @@ from specbench.models.causal import CausalLM, ancestor_mask, tree_positions
 from specbench.models.compiled import CompiledCausalLM
 from specbench.models.random_dflash import dflash_config, random_dflash
 from specbench.models.toy import exact_law, toy_lm
-from specbench.pipeline import execute, prepare
 
 PROMPT = list(range(40, 70))
 
@@ -159,20 +158,9 @@ def test_greedy_ddtree_is_the_targets_greedy_decoding(qwen):
 
 def test_ddtree_accepts_more_than_dflash_with_the_same_drafter(tmp_path) -> None:
     """The tiny world's trained drafter: the tree holds DFlash's argmax chain's likely prefixes
-    and their alternatives, so the same target and drafter accept more per round. Both arms
-    greedy and lossless in one run, so the tree's fewer target forwards (nfe_reduction over
-    its DFlash arm) are its tau over DFlash's."""
-    cfg = compose_cfg(
-        "method=ddtree",
-        "drafter=tiny-dflash",
-        "run.limit=3",
-        "run.max_new_tokens=40",
-        f"run.results_dir={tmp_path}",
-    )
-    summary = execute(prepare(cfg))
-    chain = summary.vs["dflash"]
-    assert summary.lossless_rate == 1.0 and chain.identical_rate == 1.0
-    assert chain.nfe_reduction > 1.3, (summary.tau, chain.nfe_reduction)
+    and their alternatives, so the same target and drafter accept more per round: tau at
+    least 1.3x DFlash's (the issue's goal)."""
+    assert tree_beside_its_chain(tmp_path, "dflash", "method=ddtree", "drafter=tiny-dflash") > 1.3
 
 
 @pytest.mark.slow
