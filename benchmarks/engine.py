@@ -32,7 +32,8 @@ from specbench.decoding.warp import Warp
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
 from specbench.models.compiled import CompiledCausalLM, static_length
-from specbench.models.loading import load_causal_lm, load_dflash_drafter
+from specbench.models.kinds import dflash as dflash_kind
+from specbench.models.loading import load_causal_lm
 
 GOALS = {"tiny, 1 token": 0.5, "tiny-ar, 1 token": 0.35}
 HF_GOAL = 1.5
@@ -212,7 +213,7 @@ def main() -> None:
     length = static_length(max(map(len, prompts)) + args.max_new_tokens)
     compiled = {name: CompiledCausalLM.from_eager(load(name), length) for name in eager}
     cfg = ModelConfig(name="tiny-dflash", name_or_path="specbench:tiny-dflash", kind="dflash")
-    dflash_model = load_dflash_drafter(cfg, "drafter", torch.device("cpu"), "float32")
+    dflash_model = dflash_kind.load(cfg, "drafter", torch.device("cpu"), "float32")
     compile_s = {
         "tiny": compiled["tiny"].warm_up(tuple(dflash_model.target_layer_ids)),
         "tiny-ar": compiled["tiny-ar"].warm_up(),

@@ -32,6 +32,7 @@ from specbench.decoding.generation import Generation, Stop
 from specbench.decoding.warp import Warp
 from specbench.metrics.speed import synchronize
 from specbench.models import loading
+from specbench.models.kinds import dflash as dflash_kind
 from specbench.registry import TASKS, discover
 
 GOAL = 1.00
@@ -41,9 +42,9 @@ def load(args: argparse.Namespace, device: torch.device):
     """Target (a `CausalLM`) and drafter, through specbench's loaders, as a run loads them."""
     target_cfg = ModelConfig(name="target", name_or_path=args.target, chat_template=args.chat)
     drafter_cfg = ModelConfig(name="drafter", name_or_path=args.drafter, kind="dflash")
-    loading.check_dflash_drafter(drafter_cfg, target_cfg)
+    dflash_kind.check_reads_target(drafter_cfg, target_cfg)
     target = loading.load_causal_lm(target_cfg, "target", device, args.dtype)
-    drafter = loading.load_dflash_drafter(drafter_cfg, "drafter", device, args.dtype)
+    drafter = dflash_kind.load(drafter_cfg, "drafter", device, args.dtype)
     return target, drafter
 
 

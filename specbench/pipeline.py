@@ -21,9 +21,8 @@ from specbench.evaluate import Arms, Job, evaluate, warm_up
 from specbench.method import Method
 from specbench.metrics.summary import summarize
 from specbench.models import compiled, loading
-from specbench.models.causal import CausalLM
-from specbench.models.diffusion import ADAPTERS, MaskedDiffusionLM
-from specbench.registry import METHODS, discover
+from specbench.models.kinds import ModelKind
+from specbench.registry import METHODS, MODEL_KINDS, discover
 from specbench.results.console import print_summary
 from specbench.results.env import environment, fingerprint
 from specbench.results.store import RunStore, config_hash
@@ -82,55 +81,31 @@ def _check_model(cfg: Any, key: str) -> None:
             dict(cfg.max_memory),
             f"caps accelerate's placement; set {key}.device_map (e.g. auto) with it",
         )
-    if cfg.kind == "diffusion" and cfg.adapter not in ADAPTERS:
-        raise ConfigError(f"{key}.adapter", cfg.adapter, f"allowed: {', '.join(ADAPTERS)}")
+    kind_of(cfg).check(cfg, key)
     if cfg.dtype is not None and cfg.dtype not in DTYPE_NAMES:
         raise ConfigError(
             f"{key}.dtype", cfg.dtype, f"allowed: null (run.dtype), {', '.join(DTYPE_NAMES)}"
         )
 
 
-def _same_tokenizer(a: Any, b: Any, extra_ok: bool = False) -> str | None:
-    """Why drafter tokenizer `b` cannot draft for target tokenizer `a`, or None. A diffusion
-    drafter (`extra_ok`) may add tokens of its own, its mask above all (Dream adds it to
-    Qwen2.5's vocabulary), but every target token must keep its id."""
-    va, vb = a.get_vocab(), b.get_vocab()
-    if extra_ok:
-        moved = [tok for tok, i in va.items() if vb.get(tok) != i]
-        return f"{len(moved)} target tokens have other ids, e.g. {moved[:3]}" if moved else None
-    if va != vb:
-        return f"vocabularies differ ({len(vb)} vs {len(va)} entries)"
-    for attr in ("eos_token_id", "bos_token_id", "pad_token_id", "unk_token_id"):
-        if getattr(a, attr) != getattr(b, attr):
-            return f"{attr} differs ({getattr(b, attr)} vs {getattr(a, attr)})"
-    return None
-
-
-def _check_drafter_vocabulary(drafter: Any, target_tokens: int) -> None:
-    """A diffusion drafter scores every target token: its logits must cover the target's
-    vocabulary (MDLM-OWT's 50258 = GPT-2's 50257 + the mask)."""
-    config = loading.check_diffusion_checkpoint(drafter, "drafter")
-    size = loading.vocabulary_size(config)
-    if size is not None and size < target_tokens:
-        raise ConfigError(
-            "drafter",
-            drafter.name,
-            f"its {size} logits do not cover the target tokenizer's {target_tokens} tokens; "
-            "allowed: a drafter over the target's vocabulary",
-        )
+def kind_of(cfg: ModelConfig) -> ModelKind:
+    """The registered kind a model's YAML names (`validate` has checked it is the one its
+    method takes)."""
+    return MODEL_KINDS[cfg.kind]()
 
 
 def _check_engine(config: Config, method: Method) -> None:
-    """A compiled diffusion model compiles its graphs in the run's warm-up decodes: without
-    one, the first timed sample would time the compiler."""
+    """A model whose kind compiles its graphs in the run's warm-up decodes (a diffusion LM's)
+    needs one: without it, the first timed sample would time the compiler."""
     if config.run.engine != "compiled" or config.run.warmup >= 1:
         return
-    kinds = [config.target.kind] + ([config.drafter.kind] if method.drafter_kind else [])
-    if "diffusion" in kinds:
+    models = [config.target] + ([config.drafter] if method.drafter_kind else [])
+    late = [cfg.kind for cfg in models if kind_of(cfg).compiles_in_warm_up]
+    if late:
         raise ConfigError(
             "run.warmup",
             config.run.warmup,
-            f"method {method.name} here compiles a diffusion model in the warm-up decodes "
+            f"method {method.name} here compiles a {late[0]} model in the warm-up decodes "
             "under run.engine=compiled; allowed: >= 1",
         )
 
@@ -172,52 +147,21 @@ def warp_of(run: RunConfig) -> Warp:
     return Warp(run.temperature, run.top_k, run.top_p)
 
 
-def _check_compiled_dflash(drafter: ModelConfig) -> None:
-    """The compiled drafter masks its static cache with one mask for all layers: every layer
-    must read the whole cache both ways, as z-lab's full-attention checkpoints do."""
-    settings = loading.checkpoint_config(drafter, "drafter")
-    layer_types = set(settings.get("layer_types") or ["full_attention"])
-    if layer_types != {"full_attention"} or settings.get("is_causal"):
-        raise ConfigError(
-            "run.engine",
-            "compiled",
-            f"compiles DFlash drafters whose layers are all bidirectional full attention; "
-            f"{drafter.name} has {sorted(layer_types)}, is_causal={settings.get('is_causal')}; "
-            "allowed: run.engine=eager",
-        )
-
-
 def check_models(config: Config, method: Method) -> tuple[Any, list[tuple[str, int | None]]]:
     """Checkpoint configs and tokenizers (no weights): the target's tokenizer, and each model's
     context length for `fit_context`."""
-    if config.target.kind == "diffusion":
-        loading.check_diffusion_checkpoint(config.target, "target")
+    kind_of(config.target).check_checkpoint(config.target, "target", config)
     loading.check_weights(config.target, "target")
     tokenizer = loading.load_tokenizer(config.target, "target")
     contexts = [("target", loading.context_length(config.target, "target"))]
     if method.drafter_kind is None:
         return tokenizer, contexts
+    kind = kind_of(config.drafter)
     loading.check_weights(config.drafter, "drafter")
-    if method.drafter_kind == "dflash":  # no tokenizer of its own: it reads the target's states
-        loading.check_dflash_drafter(config.drafter, config.target)
-        if config.run.engine == "compiled":
-            _check_compiled_dflash(config.drafter)
-        return tokenizer, contexts
-    why = _same_tokenizer(
-        tokenizer,
-        loading.load_tokenizer(config.drafter, "drafter"),
-        extra_ok=method.drafter_kind == "diffusion",
-    )
-    if why:
-        raise ConfigError(
-            "drafter",
-            config.drafter.name,
-            f"its tokenizer differs from the target's: {why}; allowed: a drafter sharing the target's tokenizer",
-        )
-    if method.drafter_kind == "causal":  # a diffusion drafter left-truncates its prefix
-        contexts.append(("drafter", loading.context_length(config.drafter, "drafter")))
-    else:
-        _check_drafter_vocabulary(config.drafter, len(tokenizer))
+    kind.check_checkpoint(config.drafter, "drafter", config)
+    context = kind.check_drafter(config.drafter, tokenizer)
+    if context is not None:
+        contexts.append(("drafter", context))
     return tokenizer, contexts
 
 
@@ -288,44 +232,29 @@ def prepare(cfg: DictConfig, loaded: TaskSamples | None = None) -> Plan:
 
 
 def load_models(plan: Plan) -> tuple[Any, Any]:
-    """The target and, if the method takes one, the drafter, on the run's device and dtype."""
-    config, load = (
-        plan.config,
-        {
-            "causal": loading.load_causal_lm,
-            "diffusion": loading.load_diffusion_lm,
-            "dflash": loading.load_dflash_drafter,
-        },
-    )
+    """The target and, if the method takes one, the drafter, each loaded by its kind on the
+    run's device; under the compiled engine each through its kind's compile hook, the target
+    capturing the layers the drafter reads."""
+    config = plan.config
     if config.run.threads:
         torch.set_num_threads(config.run.threads)
-    target = load[config.target.kind](config.target, "target", plan.device, config.run.dtype)
-    drafter = None
+    roles = {"target": config.target}
     if plan.method.drafter_kind is not None:
-        kind = config.drafter.kind
-        # a DFlash drafter computes on the target's hidden states, in the target's dtype
-        dtype = config.target.dtype or config.run.dtype if kind == "dflash" else config.run.dtype
-        drafter = load[kind](config.drafter, "drafter", plan.device, dtype)
+        roles["drafter"] = config.drafter
+    kinds = {key: kind_of(cfg) for key, cfg in roles.items()}
+    models = {
+        key: kinds[key].load(cfg, key, plan.device, kinds[key].dtype(cfg, config))
+        for key, cfg in roles.items()
+    }
     if config.run.engine == "compiled":
-        target, drafter = _compile(plan, target, drafter)
-    return target, drafter
-
-
-def _compile(plan: Plan, target: Any, drafter: Any) -> tuple[Any, Any]:
-    """The models under the compiled engine: causal LMs on static caches, warmed up here; a
-    diffusion model's hot methods compiled, its graphs built by the run's warm-up decodes; a
-    DFlash drafter's loop compiles its model when the method builds it on the target."""
-
-    def convert(lm: Any, hidden_layers: tuple[int, ...] = ()) -> Any:
-        if isinstance(lm, CausalLM):
-            lm = compiled.CompiledCausalLM.from_eager(lm, longest_sequence(plan))
-            lm.warm_up(hidden_layers, trees=plan.method.drafts_trees())
-        elif isinstance(lm, MaskedDiffusionLM):
-            compiled.compile_diffusion(lm)
-        return lm
-
-    layers = tuple(getattr(drafter, "target_layer_ids", ()))  # what a DFlash drafter reads
-    return convert(target, layers), convert(drafter)
+        reads = (
+            kinds["drafter"].reads_target_layers(models["drafter"]) if "drafter" in kinds else ()
+        )
+        length, trees = longest_sequence(plan), plan.method.drafts_trees()
+        for key in roles:
+            layers = reads if key == "target" else ()
+            models[key] = kinds[key].compile(models[key], length, layers, trees)
+    return models["target"], models.get("drafter")
 
 
 def longest_sequence(plan: Plan) -> int:
@@ -405,11 +334,10 @@ def measure(plan: Plan) -> Summary:
         config.run,
     )
     env = environment(plan.device, config_hash(plan.identity))
-    loop = getattr(arms.method, "drafter", None)  # a DFlash drafter's loop compiles its model
     env["engine"] = compiled.describe(
         config.run.engine,
-        target=target,
-        drafter=loop if getattr(loop, "static_cache", None) is not None else drafter,
+        target=[target],
+        drafter=[drafter, getattr(arms.method, "drafter", None)],
     )
     env["warm_up_s"] = round(warm_up(job, plan.store), 2)
     plan.store.write_json("env.json", env)

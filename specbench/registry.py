@@ -1,4 +1,4 @@
-"""Name -> entry registries, one per axis (methods, tasks, built-in models).
+"""Name -> entry registries, one per axis (methods, tasks, model kinds, built-in models).
 
 A method or task registers itself from its own module. A task registers the structured config
 that Hydra validates its YAML against with it; a method's config lives in
@@ -80,7 +80,14 @@ def _is_method(entry: Any) -> bool:
     return isinstance(entry, type) and issubclass(entry, Method) and entry is not Method
 
 
+def _is_model_kind(entry: Any) -> bool:
+    from specbench.models.kinds import ModelKind
+
+    return isinstance(entry, type) and issubclass(entry, ModelKind) and entry is not ModelKind
+
+
 METHODS: Registry = Registry("method", _is_method, "Method subclass")
+MODEL_KINDS: Registry = Registry("kind", _is_model_kind, "ModelKind subclass")
 TASKS: Registry[TaskSpec] = Registry(
     "task", lambda e: isinstance(e, TaskSpec), "TaskSpec", lambda spec: spec.config
 )

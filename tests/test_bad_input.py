@@ -15,6 +15,7 @@ from conftest import compose_cfg
 from specbench import paths
 from specbench.errors import ConfigError
 from specbench.models import loading
+from specbench.models.kinds import dflash as dflash_kind
 from specbench.models.random_init import gpt2_tokenizer
 from specbench.pipeline import prepare
 from specbench.run import check_group_choices
@@ -30,7 +31,7 @@ def no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(loading, "load_causal_lm", refuse)
     monkeypatch.setattr(loading, "load_diffusion_lm", refuse)
-    monkeypatch.setattr(loading, "load_dflash_drafter", refuse)
+    monkeypatch.setattr(dflash_kind, "load", refuse)
     monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(refuse))
 
 

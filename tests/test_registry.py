@@ -1,17 +1,27 @@
-"""The method registry: one class per name, and only `Method` classes."""
+"""The registries: one entry per name, only entries of their axis' type; methods and model
+kinds declare what the harness asks, and the pipeline asks them instead of naming them."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 import pytest
+import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+import specbench.pipeline
+from conftest import compose_cfg
+from specbench import paths
 from specbench.decoding.autoregressive import AR
+from specbench.decoding.drafters.ar import SpS
 from specbench.decoding.warp import Warp
 from specbench.method import Method
-from specbench.registry import METHODS, Registry, discover
+from specbench.models.causal import CausalLM
+from specbench.models.kinds.causal import Causal
+from specbench.pipeline import load_models, prepare
+from specbench.registry import METHODS, MODEL_KINDS, Registry, discover
 
 
 def test_a_taken_name_and_a_non_method_are_refused() -> None:
@@ -43,8 +53,8 @@ def test_every_registered_method_declares_what_the_harness_asks() -> None:
     for name in METHODS:
         cls = METHODS[name]
         assert cls.name == name and cls.Config().name == name
-        assert cls.target_kind in ("causal", "diffusion")
-        assert cls.drafter_kind in (None, "causal", "diffusion", "dflash")
+        assert cls.target_kind in MODEL_KINDS
+        assert cls.drafter_kind is None or cls.drafter_kind in MODEL_KINDS
         assert cls.round_unit in (None, "tokens", "steps")
         assert cls(cls.Config(), Warp()).label().startswith(name)
 
@@ -56,3 +66,80 @@ def test_each_method_config_is_the_schema_its_yaml_composes_with() -> None:
     stored = ConfigStore.instance().repo["method"]
     for name in METHODS:
         assert OmegaConf.get_type(stored[f"schema_{name}.yaml"].node) is METHODS[name].Config
+
+
+def test_every_model_yaml_names_a_registered_kind() -> None:
+    discover()
+    for yaml in sorted((paths.CONF_DIR / "target").glob("*.yaml")):
+        assert OmegaConf.load(yaml).get("kind", "causal") in MODEL_KINDS, yaml.name
+    for yaml in sorted((paths.CONF_DIR / "drafter").glob("*.yaml")):
+        kind = OmegaConf.load(yaml).get("kind", "causal")
+        assert kind in MODEL_KINDS or yaml.stem == "none", yaml.name
+
+
+def test_the_pipeline_names_no_kind_and_no_method() -> None:
+    """Every string literal in pipeline.py: none is a registered kind's or method's name (the
+    pipeline asks `ModelKind` and `Method` objects instead)."""
+    discover()
+    tree = ast.parse(open(specbench.pipeline.__file__).read())
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
+    assert not strings & (set(MODEL_KINDS) | set(METHODS))
+
+
+def test_the_pipeline_asks_a_new_kind_for_every_fact(monkeypatch, tmp_path) -> None:
+    """A kind registered outside specbench (a causal LM in a new dress) is checked, asked for
+    its drafter rule (its context of 99 truncates the prompt) and dtype, and loaded by its own
+    hooks, for target and drafter alike."""
+    asked: list[tuple[str, str]] = []
+
+    class Logged(Causal):
+        name = "logged"
+
+        def check(self, cfg, key):
+            asked.append(("check", key))
+
+        def check_checkpoint(self, cfg, key, config):
+            asked.append(("check_checkpoint", key))
+
+        def check_drafter(self, cfg, tokenizer):
+            asked.append(("check_drafter", cfg.name))
+            return 99
+
+        def dtype(self, cfg, config):
+            asked.append(("dtype", cfg.name))
+            return "float64"
+
+        def load(self, cfg, key, device, dtype):
+            asked.append(("load", f"{key} {dtype}"))
+            return super().load(cfg, key, device, dtype)
+
+    discover()
+    monkeypatch.setitem(MODEL_KINDS._entries, "logged", Logged)
+    monkeypatch.setattr(SpS, "target_kind", "logged")
+    monkeypatch.setattr(SpS, "drafter_kind", "logged")
+    cell = ["method=sps", "target=tiny", "drafter=tiny-ar", "task=tiny_code", "run.limit=1"]
+    cfg = compose_cfg(
+        *cell,
+        "target.kind=logged",
+        "drafter.kind=logged",
+        "run.max_new_tokens=8",
+        "run.fit_context=truncate_left",
+        f"run.results_dir={tmp_path}",
+    )
+    plan = prepare(cfg)
+    assert [len(ids) for ids in plan.prompt_ids.values()] == [99 - 8]  # the kind's context
+    target, drafter = load_models(plan)
+    plan.store.close()
+    assert isinstance(target, CausalLM) and isinstance(drafter, CausalLM)
+    assert target.model.dtype == drafter.model.dtype == torch.float64
+    assert asked == [
+        ("check", "target"),
+        ("check", "drafter"),
+        ("check_checkpoint", "target"),
+        ("check_checkpoint", "drafter"),
+        ("check_drafter", "tiny-ar"),
+        ("dtype", "tiny"),
+        ("load", "target float64"),
+        ("dtype", "tiny-ar"),
+        ("load", "drafter float64"),
+    ]

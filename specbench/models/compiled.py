@@ -56,15 +56,23 @@ def static_length(positions: int) -> int:
     return -(-positions // CACHE_ROUNDING) * CACHE_ROUNDING
 
 
-def describe(engine: str, **models: object) -> dict:
-    """What env.json says of the engine: its name, and per compiled model the static cache's
-    size and the seconds compilation took (spent in warm-up, outside every timer)."""
+def describe(engine: str, **models: list[object]) -> dict:
+    """What env.json says of the engine: its name, and per role the first of its models that
+    was compiled (a drafter's loop may compile on its own, as DFlash's does), with the static
+    cache's size and the seconds compilation took (spent in warm-up, outside every timer)."""
     report: dict = {"name": engine}
-    for role, lm in models.items():
-        if getattr(lm, "static_cache", None) is not None:
-            report[role] = {"static_cache": lm.max_length, "compile_s": round(lm.compile_s, 2)}
-        elif getattr(lm, "compiled", False):
-            report[role] = {"dynamic_shapes": list(lm.hot_methods)}
+    for role, candidates in models.items():
+        for lm in candidates:
+            static = getattr(lm, "engine", None)
+            if isinstance(static, StaticEngine):
+                report[role] = {
+                    "static_cache": static.max_length,
+                    "compile_s": round(static.compile_s, 2),
+                }
+                break
+            if getattr(lm, "compiled", False):
+                report[role] = {"dynamic_shapes": list(lm.hot_methods)}
+                break
     return report
 
 
@@ -124,12 +132,45 @@ def keep_outputs(device: torch.device, *outputs: torch.Tensor | None) -> tuple:
     return tuple(None if t is None else t.clone() for t in outputs)
 
 
-def seek(cache: StaticCache, length: int) -> None:
-    """Set a static cache's write position (transformers' `StaticLayer.cumulative_length`,
-    where its next `update` writes) to `length`: the rollback of a static cache."""
-    for layer in cache.layers:
-        if layer.is_initialized:
-            layer.cumulative_length.fill_(length)
+class StaticEngine:
+    """A static KV cache and one forward compiled over it: what every model under the compiled
+    engine runs on (a causal LM, a DFlash drafter's loop). `call` runs the compiled graph on
+    inputs of up to `HOT_TOKENS` positions; a caller runs `forward` itself on longer ones, on
+    the same cache. `seek` is the rollback; `warming` times graph building, after which only
+    the guards that choose among the built graphs are evaluated."""
+
+    def __init__(self, forward, cache: StaticCache, max_length: int, device: torch.device):
+        self.forward, self.cache, self.max_length, self.device = forward, cache, max_length, device
+        self.step = compile_forward(forward, device)
+        self.compile_s = 0.0
+        self.warm = False
+
+    def seek(self, length: int) -> None:
+        """Set the cache's write position (transformers' `StaticLayer.cumulative_length`, where
+        its next `update` writes) to `length`."""
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                layer.cumulative_length.fill_(length)
+
+    def call(self, *args: torch.Tensor | None, lengths: tuple = ()) -> tuple:
+        """The compiled forward's outputs on `args`; `lengths` names the (tensor, dim) pairs
+        whose length varies from call to call (one symbolic graph for 2..HOT_TOKENS, and one
+        for a length of 1)."""
+        for tensor, dim in lengths:
+            if tensor is not None and tensor.shape[dim] > 1:
+                torch._dynamo.mark_dynamic(tensor, dim, min=2, max=HOT_TOKENS)
+        begin_step(self.device)
+        with settled(self.warm):
+            return keep_outputs(self.device, *self.step(*args))
+
+    @contextlib.contextmanager
+    def warming(self):
+        """Around the calls that build every graph a decoding loop needs (before any timer):
+        their seconds go to `compile_s`, and the engine is settled after them."""
+        started = time.perf_counter()
+        yield
+        self.warm = True
+        self.compile_s += time.perf_counter() - started
 
 
 class CompiledCausalLM(CausalLM):
@@ -143,8 +184,10 @@ class CompiledCausalLM(CausalLM):
         name: str,
         max_length: int,
     ):
+        device = model.get_input_embeddings().weight.device
+        cache = StaticCache(config=model.config, max_cache_len=max_length)
+        self.engine = StaticEngine(self._forward, cache, max_length, device)
         self.max_length = max_length
-        self.static_cache = StaticCache(config=model.config, max_cache_len=max_length)
         super().__init__(model, tokenizer, name)
         # outside any compiled region: allocate the cache, and let transformers install the
         # hooks that capture hidden states (installing them inside a graph breaks it)
@@ -154,24 +197,21 @@ class CompiledCausalLM(CausalLM):
                 torch.zeros(1, 1, dtype=torch.long, device=self.device), one, one, None, (0,)
             )
         self.reset()
-        self.step = compile_forward(self._forward, self.device)
-        self.compile_s = 0.0
-        self.warm = False  # set by `warm_up`: every graph decoding needs is built
 
     @classmethod
     def from_eager(cls, lm: CausalLM, max_length: int) -> CompiledCausalLM:
         return cls(lm.model, lm.tokenizer, lm.name, max_length)
 
     def reset(self) -> None:
-        self.cache = self.static_cache
+        self.cache = self.engine.cache
         self.length = 0
         self.fed_from = 0
-        seek(self.static_cache, 0)
+        self.engine.seek(0)
 
     def rollback(self, length: int) -> None:
         if length > self.length:
             raise ValueError(f"cannot roll back to {length}: only {self.length} tokens cached")
-        seek(self.static_cache, length)
+        self.engine.seek(length)
         self.length = length
         self.fed_from = min(self.fed_from, length)
 
@@ -183,7 +223,7 @@ class CompiledCausalLM(CausalLM):
             return
         index = torch.tensor(indices, device=self.device) + self.fed_from
         slots = torch.arange(self.fed_from, self.fed_from + len(indices), device=self.device)
-        for layer in self.static_cache.layers:
+        for layer in self.cache.layers:
             if layer.is_initialized:
                 layer.keys.index_copy_(2, slots, layer.keys[:, :, index])
                 layer.values.index_copy_(2, slots, layer.values[:, :, index])
@@ -242,18 +282,14 @@ class CompiledCausalLM(CausalLM):
             visible = torch.zeros(n, self.max_length, dtype=torch.bool, device=self.device)
             visible[:, : self.length] = True
             visible[:, self.length : self.length + n] = ancestors
-        hot = n <= HOT_TOKENS
-        if hot and n > 1:
-            for tensor, dim in ((input_ids, 1), (slots, 0), (at, 0), (visible, 0)):
-                if tensor is not None:
-                    torch._dynamo.mark_dynamic(tensor, dim, min=2, max=HOT_TOKENS)
         if self.time_forwards:
             t0 = self._tick()
-        if hot:
-            begin_step(self.device)
-            with settled(self.warm):
-                logits, hidden = self.step(input_ids, slots, at, visible, tuple(hidden_layers))
-            logits, hidden = keep_outputs(self.device, logits[-last:], hidden)
+        if n <= HOT_TOKENS:
+            lengths = ((input_ids, 1), (slots, 0), (at, 0), (visible, 0))
+            logits, hidden = self.engine.call(
+                input_ids, slots, at, visible, tuple(hidden_layers), lengths=lengths
+            )
+            logits = logits[-last:]
         else:
             logits, hidden = self._forward(
                 input_ids, slots, at, visible, tuple(hidden_layers), last
@@ -267,16 +303,16 @@ class CompiledCausalLM(CausalLM):
     def warm_up(self, hidden_layers: tuple[int, ...] = (), trees: bool = False) -> float:
         """Compile the graphs (one token; two or more, under the causal mask and, with `trees`,
         under an ancestor mask) for each capture the run will ask for, then forget the
-        sequence; returns the seconds it took, also added to `compile_s`."""
-        started = time.perf_counter()
-        for layers in {(), tuple(hidden_layers)}:
-            for tree in {False, trees}:
-                self.reset()
-                for n in (1, 2, 3):
-                    mask = ancestor_mask(1, [-1] * (n - 1), self.device) if tree else None
-                    self.forward([0] * n, ancestors=mask if n > 1 else None, hidden_layers=layers)
+        sequence; returns the engine's `compile_s`."""
+        with self.engine.warming():
+            for layers in {(), tuple(hidden_layers)}:
+                for tree in {False, trees}:
+                    self.reset()
+                    for n in (1, 2, 3):
+                        mask = ancestor_mask(1, [-1] * (n - 1), self.device) if tree else None
+                        self.forward(
+                            [0] * n, ancestors=mask if n > 1 else None, hidden_layers=layers
+                        )
         self.reset()
         self.calls = self.positions = 0
-        self.warm = True
-        self.compile_s += time.perf_counter() - started
-        return self.compile_s
+        return self.engine.compile_s

@@ -118,7 +118,12 @@ def context_length(cfg: ModelConfig, key: str) -> int | None:
     own config (no weights)."""
     if cfg.context_length:
         return cfg.context_length
-    config = _read(
+    return max_positions(model_config(cfg, key))
+
+
+def model_config(cfg: ModelConfig, key: str) -> PretrainedConfig:
+    """The checkpoint's transformers config (no weights)."""
+    return _read(
         f"{key}.name_or_path",
         cfg.name_or_path,
         "config",
@@ -126,17 +131,6 @@ def context_length(cfg: ModelConfig, key: str) -> int | None:
             resolve(cfg, key), revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
         ),
     )
-    return max_positions(config)
-
-
-# the model types each diffusion adapter drives: the hub checkpoints' own, loaded by the native
-# classes; `specbench-*` are the tiny world's and the random-init stand-ins'
-MODEL_TYPES = {
-    "tiny": ("specbench-tiny-dlm",),
-    "llada": ("llada",),
-    "dream": ("Dream",),
-    "mdlm": ("mdlm",),
-}
 
 
 def checkpoint_config(cfg: ModelConfig, key: str) -> dict:
@@ -147,29 +141,6 @@ def checkpoint_config(cfg: ModelConfig, key: str) -> dict:
         "config",
         lambda: PretrainedConfig.get_config_dict(resolve(cfg, key), revision=cfg.revision),
     )
-    return config
-
-
-def check_diffusion_checkpoint(cfg: ModelConfig, key: str) -> dict:
-    """One line, before any weight loads, for a checkpoint its adapter cannot drive: a model type
-    specbench has no native class for, or a mask id that contradicts the checkpoint's."""
-    config = checkpoint_config(cfg, key)
-    model_type = config.get("model_type")
-    if model_type not in MODEL_TYPES[cfg.adapter]:
-        known = ", ".join(f"{t} ({a})" for a, types in MODEL_TYPES.items() for t in types)
-        raise ConfigError(
-            f"{key}.name_or_path",
-            cfg.name_or_path,
-            f"has model_type {model_type!r}, which adapter {cfg.adapter} cannot drive "
-            f"(remote code is not run); supported model types: {known}",
-        )
-    own = config.get("mask_token_id")
-    if cfg.mask_token_id is not None and own is not None and own != cfg.mask_token_id:
-        raise ConfigError(
-            f"{key}.mask_token_id",
-            cfg.mask_token_id,
-            f"the checkpoint's config says {own}; set {key}.mask_token_id={own} or null",
-        )
     return config
 
 
@@ -293,66 +264,3 @@ def load_diffusion_lm(
         lm.eos_token_ids = eos_token_ids(model, tokenizer)
         lm.tokenizer = tokenizer
     return lm
-
-
-DFLASH_ARCHITECTURES = ("DFlashDraftModel", "DFlash2DraftModel")
-
-
-def check_dflash_drafter(cfg: ModelConfig, target: ModelConfig) -> None:
-    """One line, before any weight loads, for a DFlash checkpoint that cannot read this target:
-    another architecture, another hidden size, a target layer it does not have, a mask id past
-    its vocabulary, or a dtype of its own (it consumes the target's hidden states)."""
-    config = checkpoint_config(cfg, "drafter")
-    where = ("drafter.name_or_path", cfg.name_or_path)
-    architectures = config.get("architectures") or []
-    if not set(architectures) & set(DFLASH_ARCHITECTURES):
-        raise ConfigError(
-            *where,
-            f"is a {architectures or 'checkpoint without architectures'}, not a DFlash drafter "
-            f"({' or '.join(DFLASH_ARCHITECTURES)})",
-        )
-    text = _read(
-        "target.name_or_path",
-        target.name_or_path,
-        "config",
-        lambda: AutoConfig.from_pretrained(
-            resolve(target, "target"),
-            revision=target.revision,
-            trust_remote_code=target.trust_remote_code,
-        ),
-    ).get_text_config()
-    settings = {**config, **config.get("dflash_config", {})}
-    layers = settings.get("target_layer_ids") or []
-    if config.get("hidden_size") != text.hidden_size:
-        raise ConfigError(
-            *where,
-            f"has hidden size {config.get('hidden_size')}, the target {text.hidden_size}: "
-            "a DFlash drafter reads the hidden states of the target it was trained on",
-        )
-    if any(not 0 <= layer < text.num_hidden_layers for layer in layers):
-        raise ConfigError(
-            *where,
-            f"reads target layers {layers}; the target has {text.num_hidden_layers}",
-        )
-    mask = settings.get("mask_token_id")
-    if not isinstance(mask, int) or not 0 <= mask < text.vocab_size:
-        raise ConfigError(
-            *where, f"has mask_token_id {mask!r}; the target's vocabulary is {text.vocab_size}"
-        )
-    if cfg.dtype:
-        raise ConfigError(
-            "drafter.dtype",
-            cfg.dtype,
-            "a DFlash drafter runs in the target's dtype (it reads its hidden states); "
-            "leave it null and set target.dtype",
-        )
-
-
-def load_dflash_drafter(cfg: ModelConfig, key: str, device: torch.device, run_dtype: str):
-    """A DFlash or DFlash 2 drafter (the `dflash` package's classes, as its checkpoint's
-    `architectures` names), bound to the target by the method; `run_dtype` is the target's."""
-    from dflash.model import DFlash2DraftModel, DFlashDraftModel
-
-    architectures = checkpoint_config(cfg, key).get("architectures") or []
-    cls = DFlash2DraftModel if "DFlash2DraftModel" in architectures else DFlashDraftModel
-    return load_weights(cls, cfg, key, device, run_dtype).eval()

@@ -42,15 +42,7 @@ from specbench.decoding.warp import Warp
 from specbench.metrics import cost
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
-from specbench.models.compiled import (
-    HOT_TOKENS,
-    CompiledCausalLM,
-    begin_step,
-    compile_forward,
-    keep_outputs,
-    seek,
-    settled,
-)
+from specbench.models.compiled import HOT_TOKENS, CompiledCausalLM, StaticEngine
 from specbench.registry import METHODS
 from specbench.results.summary import Summary
 
@@ -74,31 +66,27 @@ class DFlashDrafter(Drafter):
         self.scale = float(draft_value(model.config, "input_embedding_scale", 1.0))
         self.selector = getattr(model, "candidate_selector", None)  # DFlash 2
         self.calls = 0
-        # the compiled engine: the target's, so both sides of a round run alike
-        self.static = isinstance(target, CompiledCausalLM)
-        self.compile_s = 0.0
-        self.warm = False  # set by `warm_up`: every graph drafting needs is built
-        if self.static:
-            # a block may reach one position past the generation budget (see `draft`)
-            self.max_length = target.max_length + block_size
-            self.static_cache = StaticCache(config=model.config, max_cache_len=self.max_length)
-            config = model.config
-            self.static_cache.early_initialization(
-                1,
-                config.num_key_value_heads,
-                config.head_dim,
-                self.embedding.dtype,
-                self.embedding.device,
-            )
-            self.step = compile_forward(self._forward, self.embedding.device)
+        # the compiled engine when the target runs on it, so both sides of a round run alike
+        self.engine = self.static_engine(target) if isinstance(target, CompiledCausalLM) else None
         self.reset()
-        if self.static:
+        if self.engine is not None:
             self.warm_up()
 
+    def static_engine(self, target: CompiledCausalLM) -> StaticEngine:
+        """The drafter's forward compiled over a static cache as long as the target's plus a
+        block (a block may reach one position past the generation budget, see `draft`)."""
+        config, embedding = self.model.config, self.embedding
+        max_length = target.max_length + self.block_size
+        cache = StaticCache(config=config, max_cache_len=max_length)
+        cache.early_initialization(
+            1, config.num_key_value_heads, config.head_dim, embedding.dtype, embedding.device
+        )
+        return StaticEngine(self._forward, cache, max_length, embedding.device)
+
     def reset(self) -> None:
-        if self.static:
-            self.cache = self.static_cache
-            seek(self.cache, 0)
+        if self.engine is not None:
+            self.cache = self.engine.cache
+            self.engine.seek(0)
         else:
             self.cache = DynamicCache(config=self.model.config)
             self.cache.activate_past_recording()  # sliding-window layers can then be cropped
@@ -113,10 +101,10 @@ class DFlashDrafter(Drafter):
         cache in both directions)."""
         positions = start + torch.arange(features.shape[1] + noise.shape[1], device=start.device)
         visible = None
-        if self.static:
-            slots = torch.arange(self.max_length, device=start.device)
+        if self.engine is not None:
+            slots = torch.arange(self.engine.max_length, device=start.device)
             visible = (slots <= positions[-1])[None, None, None, :]
-        return self.model(
+        state = self.model(
             target_hidden=features,
             noise_embedding=noise,
             position_ids=positions[None],
@@ -124,28 +112,26 @@ class DFlashDrafter(Drafter):
             past_key_values=self.cache,
             use_cache=True,
         )
+        return (state,)
 
     def warm_up(self) -> None:
         """Compile the drafter's graphs (one new context position; several) before any timer."""
-        started = time.perf_counter()
         width = len(self.hidden_layers) * self.model.config.hidden_size
-        for n_context in (1, 2, 3):
-            self.reset()
-            self.observe(self.embedding.new_zeros(n_context, width))
-            self.draft(
-                [0] * (n_context + 1), self.block_size - 1, torch.Generator(self.embedding.device)
-            )
+        with self.engine.warming():
+            for n_context in (1, 2, 3):
+                self.reset()
+                self.observe(self.embedding.new_zeros(n_context, width))
+                context = [0] * (n_context + 1)
+                self.draft(context, self.block_size - 1, torch.Generator(self.embedding.device))
         self.reset()
         self.calls = 0
-        self.warm = True
-        self.compile_s += time.perf_counter() - started
 
     def observe(self, hidden: torch.Tensor) -> None:
         self.unseen = hidden if self.unseen is None else torch.cat([self.unseen, hidden])
 
     def draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft:
         # the compiled engine's graphs run under no_grad (see specbench/models/compiled.py)
-        with torch.no_grad() if self.static else torch.inference_mode():
+        with torch.no_grad() if self.engine is not None else torch.inference_mode():
             return self._draft(context, n, generator)
 
     def _draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft:
@@ -171,26 +157,22 @@ class DFlashDrafter(Drafter):
         width = min(self.block_size, n + 2)
         block = torch.full((1, width), self.mask_id, dtype=torch.long, device=device)
         block[0, 0] = context[-1]
-        if self.static and anchor + width > self.max_length:
+        if self.engine is not None and anchor + width > self.engine.max_length:
             raise ValueError(
                 f"DFlash drafter: a block to position {anchor + width} exceeds the static cache "
-                f"of {self.max_length}"
+                f"of {self.engine.max_length}"
             )
         features = self.unseen[None]
         noise = F.embedding(block, self.embedding) * self.scale
         start = torch.tensor(self.cached, device=device)
-        if self.static and len(self.unseen) <= HOT_TOKENS:
-            if len(self.unseen) > 1:
-                torch._dynamo.mark_dynamic(features, 1, min=2, max=HOT_TOKENS)
-            torch._dynamo.mark_dynamic(noise, 1, min=2, max=HOT_TOKENS)
-            begin_step(device)
-            with settled(self.warm):
-                (state,) = keep_outputs(device, self.step(features, noise, start))
+        if self.engine is not None and len(self.unseen) <= HOT_TOKENS:
+            lengths = ((features, 1), (noise, 1))
+            (state,) = self.engine.call(features, noise, start, lengths=lengths)
         else:
-            state = self._forward(features, noise, start)
+            (state,) = self._forward(features, noise, start)
         # the context's keys and values stay, the block's go
-        if self.static:
-            seek(self.cache, anchor)
+        if self.engine is not None:
+            self.engine.seek(anchor)
         else:
             self.cache.crop(-width)
         self.cached, self.unseen = anchor, None
