@@ -17,7 +17,7 @@ from specbench import paths
 from specbench.decoding.warp import Warp
 from specbench.metrics.summary import summarize
 from specbench.registry import METHODS, discover
-from specbench.report import cli, figures, leaderboard
+from specbench.report import acceptance, cli, figures, leaderboard
 from specbench.report.load import higher_is_better, load_runs
 from specbench.report.pareto import pareto_front
 from specbench.results.record import Record
@@ -98,6 +98,7 @@ def write_run(root: Path, cell: dict, records: list[dict], task: str = "tiny_cod
     )
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     (run_dir / "summary.json").write_text(json.dumps(summary.to_json()))
+    (run_dir / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return run_id
 
 
@@ -130,6 +131,42 @@ def test_the_leaderboard_command_prints_its_tables(tmp_path: Path, capsys) -> No
     printed = capsys.readouterr().out
     assert (out / "leaderboard.md").read_text() in printed
     assert "| sps γ4 · tiny/tiny-ar |" in printed
+
+
+def test_the_acceptance_command_tabulates_and_plots_hand_computed_acceptance(
+    tmp_path: Path, capsys
+) -> None:
+    """Two samples in two categories, rounds (drafted, accepted): qa (4,4) (4,1) (4,0);
+    code (4,2) (2,2). The whole cell and each category, from the records alone."""
+    rounds = {"qa": ([4, 4, 4], [4, 1, 0]), "code": ([4, 2], [2, 2])}
+    records = []
+    for i, (category, (drafted, accepted)) in enumerate(rounds.items()):
+        rec = record(i, 10, 1.0, 4, 2.0, 0.5)
+        rec.update(meta={"category": category}, drafted_per_round=drafted)
+        rec.update(accepted_per_round=accepted)
+        records.append(rec)
+    write_run(tmp_path, {"method": "sps", "method.gamma": 4}, records)
+    write_run(tmp_path, {"method": "ar"}, [record(0, 10, 2.0, 10, 2.5, 0.4)])  # no rounds
+    out = tmp_path / "out"
+    assert cli.main(["--results", str(tmp_path), "--out", str(out), "acceptance"]) == 0
+    printed = capsys.readouterr().out
+    frame = acceptance.table(load_runs(tmp_path)).set_index("category")
+    assert list(frame.index) == ["all", "code", "qa"]  # the AR cell has no rounds
+    cell = frame.loc["all"]
+    assert cell["hist"] == {0: 1 / 5, 1: 1 / 5, 2: 2 / 5, 3: 0.0, 4: 1 / 5}
+    # reached / kept per position: 1: 5/4, 2: 4/3, 3: 2/1 (code's second round drafted 2), 4: 1/1
+    assert cell["by_position"] == pytest.approx([4 / 5, 3 / 4, 1 / 2, 1.0])
+    assert cell["at_position"] == pytest.approx([4 / 5, 3 / 5, 1 / 5, 1 / 5])
+    assert cell["acceptance_rate"] == pytest.approx(9 / 18)
+    assert cell["per_sample"] == pytest.approx(
+        [5 / 3 + 0.1 * (2 - 5 / 3), 11 / 6, 2 - 0.1 * (2 - 5 / 3)]
+    )
+    assert frame.loc["qa", "hist"] == {0: 1 / 3, 1: 1 / 3, 2: 0.0, 3: 0.0, 4: 1 / 3}
+    assert frame.loc["code", "by_position"] == pytest.approx([1.0, 1.0, 0.0])  # 3: reached once
+    assert "| sps γ4 · tiny/tiny-ar | all | 5 |" in printed and "0:20 1:20 2:40 3:0 4:20" in printed
+    assert (out / "acceptance-tiny_code.png").stat().st_size > 0
+    csv = pd.read_csv(out / "acceptance-tiny_code.csv")
+    assert json.loads(csv.loc[0, "at_position"]) == pytest.approx([0.8, 0.6, 0.2, 0.2])
 
 
 def test_cells_that_differ_only_in_target_stay_apart_and_are_never_averaged(tmp_path: Path) -> None:

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from specbench import paths
-from specbench.metrics.summary import first_divergence, summarize
+from specbench.metrics.summary import (
+    accepted_at_position,
+    accepted_hist,
+    first_divergence,
+    summarize,
+)
 from specbench.results.record import Record, tie_tolerance
 from specbench.results.store import read_records
 from specbench.results.summary import Summary
@@ -85,6 +91,11 @@ def test_summary_equals_hand_computed_values(records: list[Record]) -> None:
     # position 2: reached where drafted >= 2 and accepted >= 1: a1, b1, b2 -> kept only in a1
     # position 3: reached in a1 (accepted 2, drafted 4) -> not kept
     assert s.accept_by_position == pytest.approx([4 / 5, 1 / 3, 0.0])
+    # rounds (drafted, accepted): a (4,2) (4,0) (1,1), b (4,1) (2,1); bins 0..4 (the longest draft)
+    assert s.accepted_hist == {"0": 1, "1": 3, "2": 1, "3": 0, "4": 0}
+    # vLLM's per-position rate: over all 5 drafting rounds, not over those that reached i
+    assert s.accepted_at_position == pytest.approx([4 / 5, 1 / 5, 0.0, 0.0])
+    assert 1 + sum(s.accepted_at_position) == pytest.approx(1 + s.accepted / s.n_rounds)
     assert s.nfe_target == pytest.approx(2.5) and s.nfe_drafter == pytest.approx(7.5)
     assert s.tpf == pytest.approx(10 / 20)
     assert s.positions_per_call == pytest.approx(2.0)
@@ -112,6 +123,7 @@ def test_acceptance_is_reported_only_for_drafted_tokens(records: list[Record]) -
     steps = summarize(records, greedy=True, round_unit="steps")
     assert steps.round_unit == "steps" and steps.accepted_per_round == pytest.approx(1.0)
     assert steps.acceptance_rate is None and steps.accept_by_position is None
+    assert steps.accepted_at_position is None and steps.accepted_hist["1"] == 3
 
 
 def test_sampled_runs_report_no_token_level_lossless_rate(records: list[Record]) -> None:
@@ -235,3 +247,11 @@ def test_the_cost_model_predicts_from_acceptance_and_forward_costs() -> None:
     assert verdict(predicted, predicted * 1.05)["prediction_flag"] is False
     assert verdict(predicted, predicted * 0.85)["prediction_gap"] == pytest.approx(-0.15)
     assert verdict(predicted, predicted * 0.85)["prediction_flag"] is True
+
+
+def test_rounds_that_drafted_nothing_are_in_the_histogram_not_in_vllms_rates() -> None:
+    """DFlash's first round is the target's prefill alone (0 drafted): a round of the
+    histogram's bin 0, but not a draft vLLM's per-position rate counts."""
+    rounds = SimpleNamespace(drafted_per_round=[0, 3, 3, 2], accepted_per_round=[0, 3, 1, 0])
+    assert accepted_at_position([rounds]) == pytest.approx([2 / 3, 1 / 3, 1 / 3])
+    assert accepted_hist([rounds]) == {"0": 2, "1": 1, "2": 0, "3": 1}

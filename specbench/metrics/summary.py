@@ -5,8 +5,9 @@ it, `speedup_specbench` exactly as Spec-Bench's `evaluation/speed.py` computes i
 per-sample speeds over the baseline's mean of per-sample speeds; and `speedup_dflash` as the
 dflash package's benchmark does: the baseline's mean per-sample decode-only time per token
 over the method's. Per-round counters are in the
-method's `round_unit`; `acceptance_rate` and `accept_by_position` are probabilities of
-accepting a drafted token, so they are null unless the unit is tokens. The summary's schema
+method's `round_unit`; `acceptance_rate`, `accept_by_position` and `accepted_at_position` are
+probabilities of accepting a drafted token, so they are null unless the unit is tokens
+(docs/measurement.md#acceptance sets them beside vLLM's and the dflash benchmark's). The summary's schema
 is `specbench.results.summary`'s.
 """
 
@@ -43,6 +44,26 @@ def accept_by_position(records: list[Record]) -> list[float]:
             for i in range(accepted):
                 kept[i] += 1
     return [kept[i] / reached[i] for i in range(max(reached, default=-1) + 1)]
+
+
+def accepted_at_position(records: list[Record]) -> list[float]:
+    """vLLM's per-position acceptance rate: the share of drafting rounds whose draft token i
+    was accepted, i = 1, 2, ... (unconditional, so 1 + their sum is vLLM's mean acceptance
+    length over the rounds that drafted)."""
+    rounds = [(d, a) for r in records for d, a in zip(r.drafted_per_round, r.accepted_per_round)]
+    drafting = [a for d, a in rounds if d > 0]
+    longest = max((d for d, _ in rounds), default=0)
+    return (
+        [sum(a > i for a in drafting) / len(drafting) for i in range(longest)] if drafting else []
+    )
+
+
+def accepted_hist(records: list[Record]) -> dict[str, int]:
+    """Rounds by units accepted in them, every count from 0 to the longest draft present (the
+    dflash benchmark's histogram over acceptance lengths 1..B+1, shifted down by its bonus)."""
+    counts = Counter(a for r in records for a in r.accepted_per_round)
+    longest = max((d for r in records for d in r.drafted_per_round), default=-1)
+    return {str(k): counts[k] for k in range(max(longest, max(counts, default=-1)) + 1)}
 
 
 def _quality_means(rows: list[dict[str, float]]) -> dict[str, float]:
@@ -95,10 +116,12 @@ def _rounds(records: list[Record], unit: str | None) -> dict[str, Any]:
         "drafted": drafted,
         "accepted": accepted,
         "accepted_per_round": _ratio(accepted, rounds),
+        "accepted_hist": accepted_hist(records),
     }
     if unit == "tokens":
         out["acceptance_rate"] = _ratio(accepted, drafted)
         out["accept_by_position"] = accept_by_position(records)
+        out["accepted_at_position"] = accepted_at_position(records)
     tree_rounds = [n for r in records for n in r.nodes_per_round]
     if tree_rounds:
         out["nodes_per_round"] = mean(tree_rounds)

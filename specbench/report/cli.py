@@ -2,6 +2,7 @@
 
 specbench-report --results results --out results/tables leaderboard   # also printed
 specbench-report pareto --task tiny_code --quality nll
+specbench-report acceptance             # histograms and per-position acceptance per cell
 specbench-report figures                # every spec in experiments/ and the README's headline
                                         # table (also `make figures`)
 """
@@ -76,6 +77,9 @@ def run(argv: list[str] | None) -> int:
     p.add_argument("--quality", required=True, help="a quality metric of the task, e.g. nll")
     p.add_argument("--speed", default="speedup", choices=["speedup", "tpf", "tau"])
     p.add_argument("--wandb", default="disabled", choices=["disabled", "offline", "online"])
+    sub.add_parser(
+        "acceptance", help="per cell and category: tau, rate, histogram, per-position rates"
+    )
     f = sub.add_parser("figures", help="every spec in experiments/, from stored results only")
     f.add_argument("--specs", default=str(paths.EXPERIMENTS_DIR))
     args = parser.parse_args(argv)
@@ -107,6 +111,13 @@ def run(argv: list[str] | None) -> int:
 
             written = leaderboard.write(runs, out)
             print(written[0].read_text())  # the Markdown tables, on the terminal too
+        elif args.command == "acceptance":
+            from specbench.report import acceptance
+
+            written = acceptance.write(runs, out)
+            for path in written:
+                if path.suffix == ".md":
+                    print(path.read_text())
         else:
             cells = pareto_cells(runs, args.task, args.quality)
             from specbench.report import pareto

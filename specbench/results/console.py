@@ -33,6 +33,22 @@ def _row(name: str, metrics: Metrics) -> list[str]:
     return [name, *(_fmt(getattr(metrics, key), spec) for key, spec in COLUMNS.values())]
 
 
+def _acceptance_line(summary: Summary) -> str:
+    """The histogram of units accepted per round (% of rounds, bins past the last reached
+    cut) and, for drafted tokens, the conditional per-position rates."""
+    rounds = sum(summary.accepted_hist.values()) or 1
+    last = max((int(k) for k, v in summary.accepted_hist.items() if v), default=0)
+    hist = " ".join(
+        f"{k}:{100 * v / rounds:.0f}%" for k, v in summary.accepted_hist.items() if int(k) <= last
+    )
+    line = f"accepted per round: {hist}"
+    if summary.accept_by_position:
+        line += " | P(i accepted | reached): " + " ".join(
+            f"{p:.2f}" for p in summary.accept_by_position[:8]
+        )
+    return line
+
+
 def print_summary(summary: Summary, run_dir: Any) -> None:
     table = Table(title=f"{summary.run_id}  ({summary.label})")
     for col in ("", *COLUMNS):
@@ -61,6 +77,7 @@ def print_summary(summary: Summary, run_dir: Any) -> None:
             f"{summary.round_unit} accepted per round"
             + ("" if nodes is None else f" from trees of {nodes:.1f} nodes")
         )
+        console.print(_acceptance_line(summary))
     for name, other in summary.vs.items():
         console.print(
             f"vs {name.replace('_', ' ')}: speedup {_fmt(other.speedup, '.2f')}, "

@@ -51,7 +51,9 @@ class Metrics:
     accepted: int = 0
     accepted_per_round: float | None = None
     acceptance_rate: float | None = None
-    accept_by_position: list[float] | None = None
+    accepted_hist: dict[str, int] = field(default_factory=dict)  # units accepted -> rounds
+    accept_by_position: list[float] | None = None  # P(i accepted | i drafted, 1..i-1 accepted)
+    accepted_at_position: list[float] | None = None  # vLLM's: P(i accepted) over drafting rounds
     nodes_per_round: float | None = None  # tree drafts: nodes verified per round
     nfe_target: float | None = None
     nfe_drafter: float | None = None

@@ -83,17 +83,36 @@ class WandbMirror:
         table = wandb.Table(columns=columns, data=rows)
         lengths = [[int(k), v] for k, v in summary.emitted_hist.items()]
         hist = wandb.Table(columns=["tokens", "forwards"], data=lengths)
-        self.run.log(
-            {
-                "samples": table,
-                "emitted_hist": wandb.plot.bar(
-                    hist, "tokens", "forwards", title="tokens per target forward"
-                ),
-            }
-        )
+        logged = {
+            "samples": table,
+            "emitted_hist": wandb.plot.bar(
+                hist, "tokens", "forwards", title="tokens per target forward"
+            ),
+        }
+        self.run.log({**logged, **self.acceptance(summary)})
         self.run.summary.update(summary.scalars())
         self.run.summary.update({f"quality/{k}": v for k, v in summary.quality.items()})
         self.run.finish()
+
+    def acceptance(self, summary: Summary) -> dict:
+        """The acceptance histogram (rounds by units accepted) and, for drafted tokens, both
+        per-position rates, as W&B charts (docs/measurement.md#acceptance)."""
+        wandb, charts = self.wandb, {}
+        if summary.accepted_hist:
+            rows = [[int(k), v] for k, v in summary.accepted_hist.items()]
+            hist = wandb.Table(columns=["accepted", "rounds"], data=rows)
+            title = f"{summary.round_unit} accepted per round"
+            charts["accepted_hist"] = wandb.plot.bar(hist, "accepted", "rounds", title=title)
+        if summary.accept_by_position:
+            rows = [
+                [i + 1, cond, vllm]
+                for i, (cond, vllm) in enumerate(
+                    zip(summary.accept_by_position, summary.accepted_at_position or [])
+                )
+            ]
+            columns = ["position", "accept_by_position", "accepted_at_position"]
+            charts["acceptance_by_position"] = wandb.Table(columns=columns, data=rows)
+        return charts
 
     def failed(self) -> None:
         """End the W&B run as failed, without W&B's closing lines: the error's one line stays
