@@ -42,6 +42,7 @@ class ModelConfig:
     chat_template: bool = False
     # extra arguments to the chat template, e.g. Qwen3's {enable_thinking: false}
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    system_prompt: str | None = None  # a system message before the user's turns (chat only)
 
 
 WANDB_MODES = ("offline", "online", "disabled")

@@ -288,6 +288,7 @@ def summarise(plan: Plan, job: Job, env: dict[str, Any]) -> Summary:
         lossless=method.exact(),
         lossless_wrt=method.lossless_wrt(),
         facts=method.facts(job.arms.method),
+        workload=asdict(plan.task.workload(plan.samples)),
         env=fingerprint(env),
     )
     if records and summary.speedup:

@@ -70,8 +70,9 @@ class Registry(Generic[T]):
 class TaskSpec:
     name: str
     config: type
-    # (task_cfg, the target reads chat templates, its template's extra arguments) -> Task
-    build: Callable[[Any, bool, dict], Any]
+    # (task_cfg, the target reads chat templates, its template's extra arguments, its system
+    # prompt) -> Task
+    build: Callable[[Any, bool, dict, str | None], Any]
 
 
 def _is_method(entry: Any) -> bool:

@@ -95,6 +95,7 @@ def write_run(root: Path, cell: dict, records: list[dict], task: str = "tiny_cod
         lossless=method.exact(),
         lossless_wrt=method.lossless_wrt(),
         env="fixture machine",
+        workload=cell.get("workload", {}),
     )
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     (run_dir / "summary.json").write_text(json.dumps(summary.to_json()))
@@ -167,6 +168,27 @@ def test_the_acceptance_command_tabulates_and_plots_hand_computed_acceptance(
     assert (out / "acceptance-tiny_code.png").stat().st_size > 0
     csv = pd.read_csv(out / "acceptance-tiny_code.csv")
     assert json.loads(csv.loc[0, "at_position"]) == pytest.approx([0.8, 0.6, 0.2, 0.2])
+
+
+def test_a_config_run_with_and_without_its_chat_template_is_not_averaged(
+    tmp_path: Path, capsys
+) -> None:
+    """The same config on two tasks, its chat template applied on one only: each task's table
+    shows it with its workload, and the overall mean is refused in one line naming the key."""
+    sps = {"method": "sps", "method.gamma": 4}
+    write_run(tmp_path, {**sps, "workload": {"chat_template": True}}, [record(0, 10, 1, 4, 2, 0.5)])
+    write_run(tmp_path, sps, [record(0, 10, 2.0, 10, 2.5, 0.4)], task="mt_bench")
+    runs = load_runs(tmp_path)
+    assert sorted(runs["cell"]) == ["sps γ4 · tiny/tiny-ar", "sps γ4 · tiny/tiny-ar (chat)"]
+    assert runs["cell_id"].nunique() == 1  # one config; the workload is checked, not hashed
+    assert cli.main(["--results", str(tmp_path), "--out", str(tmp_path / "o"), "leaderboard"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "will not average sps γ4 · tiny" in line and "workload.chat_template differs" in line
+    same = tmp_path / "same"
+    write_run(same, sps, [record(0, 10, 1, 4, 2, 0.5)])
+    write_run(same, sps, [record(0, 10, 2.0, 10, 2.5, 0.4)], task="mt_bench")
+    frame, _ = leaderboard.overall(load_runs(same))
+    assert frame.loc["sps γ4 · tiny/tiny-ar", "speedup"] == pytest.approx((2.0 + 1.25) / 2)
 
 
 def test_cells_that_differ_only_in_target_stay_apart_and_are_never_averaged(tmp_path: Path) -> None:

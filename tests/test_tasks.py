@@ -3,6 +3,7 @@ correct and an incorrect completion as it should; code tasks through the sandbox
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -13,6 +14,7 @@ from transformers import AutoTokenizer
 from specbench import paths
 from specbench.errors import ConfigError
 from specbench.metrics import sandbox
+from specbench.results.summary import Workload
 from specbench.tasks.cnn_dm import CnnDmConfig, CnnDmTask
 from specbench.tasks.gsm8k import (
     Gsm8kConfig,
@@ -186,6 +188,35 @@ def test_the_dflash_chat_format_is_the_dflash_benchmarks_user_message() -> None:
     assert tokenizer.decode(off.prompt_ids(tokenizer, sample, True)).startswith("NO THINKING")
     default = Gsm8kTask(gsm8k.cfg, chat=True)
     assert "NO THINKING" not in tokenizer.decode(default.prompt_ids(tokenizer, sample, True))
+
+
+def test_the_workload_is_what_the_prompts_showed_the_target() -> None:
+    """A system prompt reaches the chat template before the turns and is recorded by hash;
+    thinking is recorded where the template was given it; a base target's prompts (and OWT's,
+    plain text whatever the target) record no template."""
+    tokenizer = AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")
+    tokenizer.chat_template = (
+        "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+    )
+    cfg = Gsm8kConfig(source=str(DATA / "gsm8k/test.jsonl"))
+    base = Gsm8kTask(cfg, system_prompt="Be brief.")
+    chat = Gsm8kTask(
+        cfg, chat=True, chat_kwargs={"enable_thinking": False}, system_prompt="Be brief."
+    )
+    sample = chat.samples()[0]
+    text = tokenizer.decode(chat.prompt_ids(tokenizer, sample, True))
+    assert text.startswith("<system>Be brief.<user>")
+    assert "Be brief." not in tokenizer.decode(base.prompt_ids(tokenizer, sample, False))
+    assert chat.workload([sample]) == Workload(
+        chat_template=True,
+        thinking=False,
+        system_prompt=hashlib.sha256(b"Be brief.").hexdigest()[:8],
+    )
+    assert chat.workload([sample]).label() == f"chat no-think sys:{chat.workload([]).system_prompt}"
+    assert base.workload([sample]) == Workload()  # no template: neither thinking nor system
+    assert Gsm8kTask(cfg, chat=True).workload([]) == Workload(chat_template=True)
+    owt = OwtTask(OwtConfig(), chat=True, system_prompt="Be brief.")
+    assert owt.workload([]) == Workload()
 
 
 def test_mt_bench_second_turn_follows_the_models_own_first_answer(tokenizer) -> None:

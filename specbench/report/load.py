@@ -16,10 +16,12 @@ import yaml
 
 from specbench.registry import METHODS, TASKS, discover
 from specbench.report import ReportError
-from specbench.results.summary import Summary
+from specbench.results.summary import Summary, Workload
 
-# config keys that do not change what a cell is across tasks (the overall table's grouping)
+# config keys that do not change what a cell is across tasks (the overall table's grouping):
+# the task's, and the workload's, which the overall table checks instead (leaderboard.overall)
 PER_TASK = ("task", "run.experiment", "run.max_new_tokens", "run.limit", "run.name")
+WORKLOAD_KEYS = ("target.chat_template", "target.chat_template_kwargs", "target.system_prompt")
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -35,7 +37,7 @@ def cell_id(config: dict[str, Any]) -> str:
     kept = {
         k: v
         for k, v in flatten(config).items()
-        if not any(k == p or k.startswith(p + ".") for p in PER_TASK)
+        if not any(k == p or k.startswith(p + ".") for p in PER_TASK + WORKLOAD_KEYS)
     }
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
@@ -60,6 +62,9 @@ def _row(run_dir: Path, summary: Summary, config: dict) -> dict:
         row.update({f"vs.{name}.{k}": v for k, v in asdict(other).items() if k != "quality"})
     row.update({f"quality.{k}": v for k, v in summary.quality.items()})
     row.update({f"baseline.{k}": v for k, v in (summary.baseline_quality or {}).items()})
+    workload = Workload(**{k: v for k, v in summary.workload.items() if k != "languages"})
+    row.update({f"workload.{k}": getattr(workload, k) for k in Workload.CELL_KEYS})
+    row["workload"] = workload.label()
     row.update(
         run_dir=str(run_dir),
         experiment=config["run"]["experiment"],
@@ -72,14 +77,15 @@ def _row(run_dir: Path, summary: Summary, config: dict) -> dict:
 
 
 def display(row: dict) -> str:
-    """The method's label, then target and drafter (and a sampling temperature, and the
-    engine when it is not the default eager one)."""
+    """The method's label, then target and drafter (and a sampling temperature, the engine
+    when it is not the default eager one, and the workload's tags: chat, think, sys)."""
     models = (
         row["target"] if row["drafter"] in (None, "none") else f"{row['target']}/{row['drafter']}"
     )
     temperature = f" t{row['temperature']:g}" if row["temperature"] else ""
     engine = f" [{row['run.engine']}]" if row.get("run.engine", "eager") != "eager" else ""
-    return f"{row['label']} · {models}{temperature}{engine}"
+    workload = f" ({row['workload']})" if row.get("workload") else ""
+    return f"{row['label']} · {models}{temperature}{engine}{workload}"
 
 
 def disambiguate(frame: pd.DataFrame, by: str) -> pd.Series:

@@ -87,6 +87,31 @@ class Metrics:
         return cls(**_owned(cls, row))
 
 
+@dataclass(frozen=True)
+class Workload:
+    """What the target was shown beyond the samples' text: the keys that move acceptance
+    (z-lab/dflash#133: thinking mode and chat template take acceptance from 60% to 25%), so a
+    report never averages cells that differ in them. `system_prompt` is a hash of the system
+    message; `languages` are the samples' where the task knows them."""
+
+    chat_template: bool = False  # the prompts went through the target's chat template
+    thinking: bool | None = None  # the template's `enable_thinking`, where it was given one
+    system_prompt: str | None = None
+    languages: tuple[str, ...] = ()
+
+    # the keys a cell's identity carries (languages belong to its samples)
+    CELL_KEYS = ("chat_template", "thinking", "system_prompt")
+
+    def label(self) -> str:
+        """Its tags in a display name: `chat`, `think`/`no-think`, `sys:<hash>`."""
+        tags = ["chat"] if self.chat_template else []
+        if self.thinking is not None:
+            tags.append("think" if self.thinking else "no-think")
+        if self.system_prompt:
+            tags.append(f"sys:{self.system_prompt}")
+        return " ".join(tags)
+
+
 @dataclass(kw_only=True)
 class Summary(Metrics):
     """A cell's summary: who it is, what it claims, what it measured, what was predicted."""
@@ -102,6 +127,7 @@ class Summary(Metrics):
     lossless_wrt: str | None
     env: str  # the machine and software, then the config's hash
     facts: dict[str, Any] = field(default_factory=dict)  # `Method.facts` of this config
+    workload: dict[str, Any] = field(default_factory=dict)  # a `Workload`, as a dict
     # the cost model's prediction (metrics.cost), where the method has one
     forward_ms: dict[str, float] | None = None
     predicted_speedup: float | None = None

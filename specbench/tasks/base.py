@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import MISSING
 
 from specbench.errors import ConfigError
+from specbench.results.summary import Workload
 
 if TYPE_CHECKING:  # tasks compose with a config, before transformers is imported
     from transformers import PreTrainedTokenizerBase
@@ -80,11 +82,26 @@ class Task:
     metrics: dict[str, bool] = {}
 
     def __init__(
-        self, cfg: TaskConfig, chat: bool = False, chat_kwargs: dict[str, Any] | None = None
+        self,
+        cfg: TaskConfig,
+        chat: bool = False,
+        chat_kwargs: dict[str, Any] | None = None,
+        system_prompt: str | None = None,
     ):
         self.cfg = cfg
         self.chat = chat  # the target reads chat-templated prompts (its config's chat_template)
         self.chat_kwargs = dict(chat_kwargs or {})  # and passes these to its template
+        self.system_prompt = system_prompt  # a system message before the turns (chat only)
+
+    def workload(self, samples: list[Sample]) -> Workload:
+        """What its prompts showed the target beyond the samples' text."""
+        system = self.system_prompt if self.chat else None
+        return Workload(
+            chat_template=self.chat,
+            thinking=self.chat_kwargs.get("enable_thinking") if self.chat else None,
+            system_prompt=hashlib.sha256(system.encode()).hexdigest()[:8] if system else None,
+            languages=tuple(sorted({s.meta["language"] for s in samples if "language" in s.meta})),
+        )
 
     def samples(self) -> list[Sample]:
         raise NotImplementedError
@@ -109,7 +126,8 @@ class Task:
         chat-templated for instruct targets, plain text for base targets."""
         turns = sample.user_turns[: len(answers) + 1]
         if chat_template:
-            messages = []
+            system = [{"role": "system", "content": self.system_prompt}]
+            messages = system if self.system_prompt else []
             for i, turn in enumerate(turns):
                 messages.append({"role": "user", "content": turn})
                 if i < len(answers):

@@ -19,7 +19,7 @@ def load_samples(config: Config) -> TaskSamples:
         raise ConfigError("task", config.task.name, f"allowed: {', '.join(TASKS)}")
     target = config.target
     task = TASKS[config.task.name].build(
-        config.task, target.chat_template, dict(target.chat_template_kwargs)
+        config.task, target.chat_template, dict(target.chat_template_kwargs), target.system_prompt
     )
     task.check()
     samples = task.samples()[: config.run.limit]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from specbench.errors import ConfigError
 from specbench.metrics.quality import OracleLM
 from specbench.registry import TaskSpec, register_task
+from specbench.results.summary import Workload
 from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
 
 if TYPE_CHECKING:
@@ -69,6 +70,10 @@ class OwtTask(Task):
         ids = tokenizer(sample.prompt)["input_ids"][: self.cfg.prefix_tokens]
         sample.meta["prefix"] = tokenizer.decode(ids)
         return ids
+
+    def workload(self, samples: list[Sample]) -> Workload:
+        """Plain text whatever the target: no template, no system message."""
+        return Workload()
 
     def score(self, sample: Sample, completion: str) -> dict[str, float]:
         if not self.cfg.oracle:
