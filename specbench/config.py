@@ -95,6 +95,9 @@ class RunConfig:
     seed: int = 0
     warmup: int = 2  # untimed decodes of each arm before measuring
     baseline: bool = True
+    # also run the method's ceiling: its decoder drafting the target's own continuation
+    # (`vs.oracle`, `ceiling_fraction`); greedy draft-verify methods
+    oracle: bool = False
     device: str = "auto"
     dtype: str = "auto"
     # eager: transformers' forward and dynamic cache; compiled: torch.compile of every model,

@@ -35,6 +35,8 @@ class Method(ABC):
     round_unit: ClassVar[str | None] = None
     # the baseline arm, in words: what `exact` is with respect to
     baseline_name: ClassVar[str] = "the target's autoregressive decoding"
+    # whether its drafts can be replaced by the target's own continuation (`run.oracle`)
+    has_ceiling: ClassVar[bool] = False
 
     def __init__(self, cfg: Any, warp: Warp):
         self.cfg, self.warp = cfg, warp
@@ -63,6 +65,10 @@ class Method(ABC):
         None names the baseline arm itself, so a summary always carries the comparison
         without decoding twice."""
         return {}
+
+    def ceiling(self, decoder: Decoder, baseline: Decoder) -> Decoder | None:
+        """Its decoder with a perfect drafter (`run.oracle`), where `has_ceiling`."""
+        return None
 
     def drafts_trees(self) -> bool:
         """Whether its drafts are trees: the compiled engine then builds its target's graphs

@@ -26,7 +26,7 @@ from specbench.registry import METHODS, MODEL_KINDS, discover
 from specbench.results.console import print_summary
 from specbench.results.env import environment, fingerprint
 from specbench.results.store import RunStore, config_hash
-from specbench.results.summary import Summary
+from specbench.results.summary import CEILING, Summary
 from specbench.results.wandb import WandbMirror
 from specbench.tasks.base import Sample, Task
 from specbench.tasks.load import TaskSamples, load_samples
@@ -140,7 +140,27 @@ def validate(config: Config) -> Method:
             )
         _check_model(config.drafter, "drafter")
     _check_engine(config, method)
+    _check_oracle(config, method)
     return method
+
+
+def _check_oracle(config: Config, method: Method) -> None:
+    """The ceiling arm replaces a draft-verify method's drafts with the baseline's greedy
+    continuation: it needs drafts, the baseline arm, and greedy decoding."""
+    if not config.run.oracle:
+        return
+    if not method.has_ceiling:
+        raise ConfigError("run.oracle", True, f"method {method.name} has no drafts to replace")
+    if not config.run.baseline:
+        raise ConfigError(
+            "run.oracle", True, "needs run.baseline=true (it drafts the baseline's continuation)"
+        )
+    if not method.warp.greedy:
+        raise ConfigError(
+            "run.oracle",
+            True,
+            "needs run.temperature=0 (a sampled continuation is no perfect drafter)",
+        )
 
 
 def warp_of(run: RunConfig) -> Warp:
@@ -318,7 +338,10 @@ def measure(plan: Plan) -> Summary:
     target, drafter = load_models(plan)
     baseline = method.baseline(target) if config.run.baseline else None
     references = method.references(target, drafter) if config.run.baseline else {}
-    arms = Arms(method.build(target, drafter, plan.task), baseline, references)
+    decoder = method.build(target, drafter, plan.task)
+    if config.run.oracle:
+        references[CEILING] = method.ceiling(decoder, baseline)
+    arms = Arms(decoder, baseline, references)
     stop = Stop(
         frozenset(target.eos_token_ids), tuple(config.task.stop), decode=plan.tokenizer.decode
     )

@@ -1,13 +1,15 @@
-"""The one draft-verify loop that every drafter plugs into."""
+"""The one draft-verify loop that every drafter plugs into, and its ceiling (a perfect
+drafter, `run.oracle`)."""
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from typing import Protocol
 
 import torch
 
-from specbench.decoding.generation import Draft, Generation, Stop
+from specbench.decoding.generation import Decoder, Draft, Generation, Stop
 from specbench.decoding.verify import AcceptanceRule, TreeRule
 from specbench.decoding.warp import Warp
 from specbench.method import Method
@@ -179,8 +181,66 @@ class DraftVerifyMethod(Method):
     verifies them, so rounds count drafted tokens and the cost model is Leviathan et al.'s."""
 
     round_unit = "tokens"
+    has_ceiling = True
+
+    def ceiling(self, decoder: SpeculativeDecoder, baseline: Decoder) -> OracleArm:
+        """The same decoder drafting the baseline's own continuation (`OracleArm`)."""
+        return OracleArm(decoder, baseline)
 
     def cost_model(
         self, decoder: SpeculativeDecoder, prompt_ids: list[int], summary: Summary
     ) -> dict:
         return cost.speculative(decoder, prompt_ids, summary)
+
+
+# The ceiling (`run.oracle=true`): the method's own decoder with a perfect drafter, run beside it
+# on every sample, so each summary says what fraction of its ceiling the method reaches.
+#
+# vLLM's oracle replay proposes the target's own saved output as every draft; here the oracle
+# proposes the baseline arm's continuation of the prompt (the target's greedy decoding, computed
+# untimed before the arm's timed decode), in the method's own shape: the same draft lengths
+# (gamma, a block, an adaptive schedule), the same verification (a tree method verifies the path
+# as a tree, under its mask), the same target and engine. Every round then accepts its whole
+# draft unless the generation budget or a stop cuts it, and what remains is the system's cost:
+# drafting nothing, verifying everything. Greedy only: at a temperature, a one-hot draft of one
+# sampled continuation is not a perfect drafter.
+
+
+class OracleDrafter(Drafter):
+    """Proposes the next tokens of `script` (prompt + the target's own continuation) while the
+    context follows it; as a tree (a single path) where the decoder verifies trees."""
+
+    def __init__(self, as_tree: bool):
+        self.as_tree = as_tree
+        self.script: list[int] = []
+        self.calls = 0
+
+    def reset(self) -> None:
+        return None
+
+    def draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft:
+        follows = self.script[: len(context)] == context
+        tokens = self.script[len(context) : len(context) + n] if follows else []
+        parents = list(range(-1, len(tokens) - 1)) if self.as_tree and tokens else None
+        return Draft(tokens, None, 0, 0.0, parents=parents)
+
+
+class OracleArm:
+    """The method's decoder with an `OracleDrafter`; before each timed decode the baseline
+    decodes the prompt untimed, and its tokens become the script."""
+
+    def __init__(self, decoder: SpeculativeDecoder, baseline: Decoder):
+        self.decoder = copy.copy(decoder)
+        self.decoder.drafter = OracleDrafter(as_tree=decoder.tree_rule is not None)
+        self.baseline = baseline
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        generator: torch.Generator,
+        stop: Stop | None = None,
+    ) -> Generation:
+        script = self.baseline.generate(prompt_ids, max_new_tokens, generator, stop).tokens
+        self.decoder.drafter.script = list(prompt_ids) + script
+        return self.decoder.generate(prompt_ids, max_new_tokens, generator, stop)

@@ -18,7 +18,7 @@ from statistics import mean
 from typing import Any
 
 from specbench.results.record import Arm, Record
-from specbench.results.summary import Metrics, Versus
+from specbench.results.summary import CEILING, Metrics, Versus
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -155,6 +155,11 @@ def summarize(
     hist = Counter(k for a in arms for k in a.emitted_per_call)
     names = sorted({k for r in records for k in r.references})
     categories = sorted({c for r in records if (c := r.meta.get("category"))})
+    vs = {
+        k: versus(records, [r.references[k] for r in records], greedy)
+        for k in names
+        if all(k in r.references for r in records)
+    }
     return Metrics(
         n_samples=n,
         new_tokens=new,
@@ -172,11 +177,8 @@ def summarize(
         tpot_ms=_ratio(1000 * sum(a.decode_s for a in arms), decode_tokens),
         quality=mine["quality"],
         **(_against_baseline(records, greedy) if all(r.baseline for r in records) else {}),
-        vs={
-            k: versus(records, [r.references[k] for r in records], greedy)
-            for k in names
-            if all(k in r.references for r in records)
-        },
+        vs=vs,
+        ceiling_fraction=vs[CEILING].speedup if CEILING in vs else None,
         by_category={
             c: summarize(
                 [r for r in records if r.meta.get("category") == c], greedy, round_unit, False

@@ -15,6 +15,7 @@ SPEED = {
     "speedup": True,
     "speedup_specbench": True,  # Spec-Bench's: mean per-sample speed over the baseline's
     "predicted_speedup": True,  # the cost model's, from acceptance and forward costs
+    "ceiling_fraction": True,  # of the same decoder's throughput with a perfect drafter
     "tau": True,
     "acceptance_rate": True,
     "tpf": True,

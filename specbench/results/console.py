@@ -78,6 +78,11 @@ def print_summary(summary: Summary, run_dir: Any) -> None:
             + ("" if nodes is None else f" from trees of {nodes:.1f} nodes")
         )
         console.print(_acceptance_line(summary))
+    if summary.ceiling_fraction is not None:
+        console.print(
+            f"ceiling: {summary.ceiling_fraction:.0%} of the throughput of this decoder with a "
+            "perfect drafter (vs oracle)"
+        )
     for name, other in summary.vs.items():
         console.print(
             f"vs {name.replace('_', ' ')}: speedup {_fmt(other.speedup, '.2f')}, "

@@ -77,6 +77,9 @@ class Metrics:
     lossless_rate: float | None = None  # token equality with the baseline; greedy runs only
     tie_flip_rate: float | None = None
     vs: dict[str, Versus] = field(default_factory=dict)  # reference arms by name
+    # the method's throughput over its ceiling's (`vs.oracle`, `run.oracle`): the share of
+    # what a perfect drafter buys in this system that this drafter buys
+    ceiling_fraction: float | None = None
     by_category: dict[str, Metrics] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -85,6 +88,9 @@ class Metrics:
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> Metrics:
         return cls(**_owned(cls, row))
+
+
+CEILING = "oracle"  # the reference arm `run.oracle` adds: the method with a perfect drafter
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,66 @@
+"""The ceiling (`run.oracle`): every draft-verify method's own decoder drafting the target's own
+continuation, beside it on every sample. Each of its rounds accepts its whole draft unless the
+generation budget or a stop cuts it; its tokens are the baseline's; each summary carries the
+method's fraction of it; and configs with nothing to replace are refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import compose_cfg
+from specbench.errors import ConfigError
+from specbench.pipeline import execute, prepare
+from specbench.results.store import load_records
+
+# (cell, tokens a full round emits: its draft's depth + the bonus)
+CELLS = {
+    "sps": (["method=sps", "drafter=tiny-ar", "method.gamma=4"], 5),
+    "sps-tree": (["method=sps", "drafter=tiny-ar", "method.tree=dynamic", "method.gamma=3"], 4),
+    "dflash": (["method=dflash", "drafter=tiny-dflash", "method.block_size=8"], 8),
+    "ddtree": (["method=ddtree", "drafter=tiny-dflash", "method.block_size=6"], 6),
+    "specdiff": (["method=specdiff", "drafter=tiny-dlm", "method.gamma=5"], 6),
+    "diffuspec": (["method=diffuspec", "drafter=tiny-dlm", "method.adl=false", "method.k=7"], 8),
+}
+
+
+@pytest.mark.parametrize("name", CELLS)
+def test_the_oracle_accepts_every_draft_in_the_methods_own_shape(name: str, tmp_path: Path) -> None:
+    cell, full = CELLS[name]
+    cfg = compose_cfg(
+        *cell,
+        "task=tiny_code",
+        "run.limit=2",
+        "run.max_new_tokens=33",
+        "run.oracle=true",
+        f"run.results_dir={tmp_path}",
+    )
+    plan = prepare(cfg)
+    summary = execute(plan)
+    records = load_records(plan.store.run_dir / "records.jsonl", plan.run_id)
+    for r in records:
+        oracle = r.references["oracle"]
+        assert oracle.output_ids == r.baseline.output_ids
+        rounds = oracle.emitted_per_call
+        assert rounds[:-1] == [full] * (len(rounds) - 1), rounds  # only the last round is cut
+        assert sum(rounds) == len(oracle.output_ids)
+    assert summary.ceiling_fraction == pytest.approx(summary.vs["oracle"].speedup)
+    assert 0 < summary.ceiling_fraction < 1  # a real drafter is slower than a perfect one
+
+
+@pytest.mark.parametrize(
+    "overrides, why",
+    [
+        (["method=ar"], "method ar has no drafts to replace"),
+        (["method=sps", "drafter=tiny-ar", "run.baseline=false"], "needs run.baseline=true"),
+        (["method=sps", "drafter=tiny-ar", "run.temperature=0.7"], "needs run.temperature=0"),
+    ],
+)
+def test_a_ceiling_without_drafts_a_baseline_or_greedy_decoding_is_refused(
+    overrides: list[str], why: str, tmp_path: Path
+) -> None:
+    cfg = compose_cfg(*overrides, "run.oracle=true", f"run.results_dir={tmp_path}")
+    with pytest.raises(ConfigError, match="run.oracle") as err:
+        prepare(cfg)
+    assert why in str(err.value) and "\n" not in str(err.value)
