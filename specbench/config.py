@@ -98,6 +98,9 @@ class RunConfig:
     # also run the method's ceiling: its decoder drafting the target's own continuation
     # (`vs.oracle`, `ceiling_fraction`); greedy draft-verify methods
     oracle: bool = False
+    # the oracle's acceptance forced (SGLang's SGLANG_SIMULATE_ACC_LEN): an accepted length per
+    # round (an integer >= 1) or a per-token rate in (0, 1); its outputs stay the target's
+    simulated_acceptance: float | None = None
     device: str = "auto"
     dtype: str = "auto"
     # eager: transformers' forward and dynamic cache; compiled: torch.compile of every model,
@@ -186,6 +189,14 @@ def check_run(run: RunConfig) -> None:
         ("run.top_p", run.top_p, 0 < run.top_p <= 1, "must be in (0, 1]"),
         ("run.top_k", run.top_k, run.top_k >= 0, "must be >= 0 (0 = off)"),
         ("run.warmup", run.warmup, run.warmup >= 0, "must be >= 0"),
+        (
+            "run.simulated_acceptance",
+            run.simulated_acceptance,
+            run.simulated_acceptance is None
+            or 0 < run.simulated_acceptance < 1
+            or (run.simulated_acceptance >= 1 and float(run.simulated_acceptance).is_integer()),
+            "must be null, a rate in (0, 1), or an accepted length (an integer >= 1)",
+        ),
         (
             "run.fit_context",
             run.fit_context,

@@ -66,8 +66,11 @@ class Method(ABC):
         without decoding twice."""
         return {}
 
-    def ceiling(self, decoder: Decoder, baseline: Decoder) -> Decoder | None:
-        """Its decoder with a perfect drafter (`run.oracle`), where `has_ceiling`."""
+    def ceiling(
+        self, decoder: Decoder, baseline: Decoder, simulated: float | None = None
+    ) -> Decoder | None:
+        """Its decoder with a perfect drafter (`run.oracle`), where `has_ceiling`; `simulated`
+        forces its acceptance (`run.simulated_acceptance`)."""
         return None
 
     def drafts_trees(self) -> bool:

@@ -148,6 +148,12 @@ def _check_oracle(config: Config, method: Method) -> None:
     """The ceiling arm replaces a draft-verify method's drafts with the baseline's greedy
     continuation: it needs drafts, the baseline arm, and greedy decoding."""
     if not config.run.oracle:
+        if config.run.simulated_acceptance is not None:
+            raise ConfigError(
+                "run.simulated_acceptance",
+                config.run.simulated_acceptance,
+                "shapes the ceiling arm; set run.oracle=true with it",
+            )
         return
     if not method.has_ceiling:
         raise ConfigError("run.oracle", True, f"method {method.name} has no drafts to replace")
@@ -340,7 +346,7 @@ def measure(plan: Plan) -> Summary:
     references = method.references(target, drafter) if config.run.baseline else {}
     decoder = method.build(target, drafter, plan.task)
     if config.run.oracle:
-        references[CEILING] = method.ceiling(decoder, baseline)
+        references[CEILING] = method.ceiling(decoder, baseline, config.run.simulated_acceptance)
     arms = Arms(decoder, baseline, references)
     stop = Stop(
         frozenset(target.eos_token_ids), tuple(config.task.stop), decode=plan.tokenizer.decode

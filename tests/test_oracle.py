@@ -8,8 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from scipy.stats import chisquare
 
 from conftest import compose_cfg
+from specbench.decoding.speculative import OracleDrafter
 from specbench.errors import ConfigError
 from specbench.pipeline import execute, prepare
 from specbench.results.store import load_records
@@ -64,3 +66,61 @@ def test_a_ceiling_without_drafts_a_baseline_or_greedy_decoding_is_refused(
     with pytest.raises(ConfigError, match="run.oracle") as err:
         prepare(cfg)
     assert why in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_simulated_length_is_accepted_on_every_round_and_the_output_stays_the_targets(
+    tmp_path: Path,
+) -> None:
+    cfg = compose_cfg(
+        "method=sps",
+        "drafter=tiny-ar",
+        "method.gamma=4",
+        "task=tiny_code",
+        "run.limit=2",
+        "run.max_new_tokens=33",
+        "run.oracle=true",
+        "run.simulated_acceptance=2",
+        f"run.results_dir={tmp_path}",
+    )
+    plan = prepare(cfg)
+    execute(plan)
+    for r in load_records(plan.store.run_dir / "records.jsonl", plan.run_id):
+        oracle = r.references["oracle"]
+        assert oracle.output_ids == r.baseline.output_ids
+        assert oracle.emitted_per_call[:-1] == [3] * (len(oracle.emitted_per_call) - 1)
+
+
+def test_a_simulated_rate_accepts_geometric_runs() -> None:
+    """Accepted lengths of drafts of 4 at rate 0.6: P(k) = 0.6^k 0.4 for k < 4, P(4) = 0.6^4
+    (chi-square over 20000 seeded rounds)."""
+    drafter = OracleDrafter(as_tree=False, vocab_size=100, simulated=0.6)
+    drafter.rng.seed(7)
+    counts = [0] * 5
+    for _ in range(20_000):
+        counts[drafter.right(4)] += 1
+    expected = [20_000 * 0.6**k * 0.4 for k in range(4)] + [20_000 * 0.6**4]
+    assert chisquare(counts, expected).pvalue > 0.01
+    drafter.script = [5, 6, 7, 8, 9, 10]
+    draft = drafter.draft([5, 6], 4, None)
+    right = next((i for i, (a, b) in enumerate(zip(draft.tokens, [7, 8, 9, 10])) if a != b), 4)
+    assert draft.tokens[:right] == [7, 8, 9, 10][:right] and len(draft.tokens) == 4
+
+
+@pytest.mark.parametrize(
+    "overrides, key, why",
+    [
+        (["run.simulated_acceptance=2"], "run.simulated_acceptance", "set run.oracle=true"),
+        (
+            ["run.oracle=true", "run.simulated_acceptance=2.5"],
+            "run.simulated_acceptance",
+            "integer",
+        ),
+    ],
+)
+def test_a_simulated_acceptance_without_an_oracle_or_of_half_a_token_is_refused(
+    overrides: list[str], key: str, why: str, tmp_path: Path
+) -> None:
+    cfg = compose_cfg("method=sps", "drafter=tiny-ar", *overrides, f"run.results_dir={tmp_path}")
+    with pytest.raises(ConfigError, match=key) as err:
+        prepare(cfg)
+    assert why in str(err.value)

@@ -4,6 +4,7 @@ drafter, `run.oracle`)."""
 from __future__ import annotations
 
 import copy
+import random
 from abc import ABC, abstractmethod
 from typing import Protocol
 
@@ -183,9 +184,11 @@ class DraftVerifyMethod(Method):
     round_unit = "tokens"
     has_ceiling = True
 
-    def ceiling(self, decoder: SpeculativeDecoder, baseline: Decoder) -> OracleArm:
+    def ceiling(
+        self, decoder: SpeculativeDecoder, baseline: Decoder, simulated: float | None = None
+    ) -> OracleArm:
         """The same decoder drafting the baseline's own continuation (`OracleArm`)."""
-        return OracleArm(decoder, baseline)
+        return OracleArm(decoder, baseline, simulated)
 
     def cost_model(
         self, decoder: SpeculativeDecoder, prompt_ids: list[int], summary: Summary
@@ -208,11 +211,15 @@ class DraftVerifyMethod(Method):
 
 class OracleDrafter(Drafter):
     """Proposes the next tokens of `script` (prompt + the target's own continuation) while the
-    context follows it; as a tree (a single path) where the decoder verifies trees."""
+    context follows it; as a tree (a single path) where the decoder verifies trees. With
+    `simulated`, only a forced number of them are right (a length per round, or each with a
+    probability, from the seeded `rng`): the next one is replaced by another token, which the
+    target's own rule rejects, so its output stays the target's."""
 
-    def __init__(self, as_tree: bool):
-        self.as_tree = as_tree
+    def __init__(self, as_tree: bool, vocab_size: int, simulated: float | None = None):
+        self.as_tree, self.vocab_size, self.simulated = as_tree, vocab_size, simulated
         self.script: list[int] = []
+        self.rng = random.Random(0)
         self.calls = 0
 
     def reset(self) -> None:
@@ -221,17 +228,36 @@ class OracleDrafter(Drafter):
     def draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft:
         follows = self.script[: len(context)] == context
         tokens = self.script[len(context) : len(context) + n] if follows else []
+        right = self.right(len(tokens))
+        if right < len(tokens):
+            tokens[right] = (tokens[right] + 1) % self.vocab_size
         parents = list(range(-1, len(tokens) - 1)) if self.as_tree and tokens else None
         return Draft(tokens, None, 0, 0.0, parents=parents)
+
+    def right(self, n: int) -> int:
+        """How many leading draft tokens stay right: all, a forced length, or a run of
+        successes each of probability `simulated`."""
+        if self.simulated is None:
+            return n
+        if self.simulated >= 1:
+            return min(n, int(self.simulated))
+        right = 0
+        while right < n and self.rng.random() < self.simulated:
+            right += 1
+        return right
 
 
 class OracleArm:
     """The method's decoder with an `OracleDrafter`; before each timed decode the baseline
-    decodes the prompt untimed, and its tokens become the script."""
+    decodes the prompt untimed, and its tokens become the script. A simulated acceptance rate
+    draws from a generator seeded by the sample's own seed."""
 
-    def __init__(self, decoder: SpeculativeDecoder, baseline: Decoder):
+    def __init__(
+        self, decoder: SpeculativeDecoder, baseline: Decoder, simulated: float | None = None
+    ):
         self.decoder = copy.copy(decoder)
-        self.decoder.drafter = OracleDrafter(as_tree=decoder.tree_rule is not None)
+        as_tree = decoder.tree_rule is not None
+        self.decoder.drafter = OracleDrafter(as_tree, decoder.target.vocab_size, simulated)
         self.baseline = baseline
 
     def generate(
@@ -242,5 +268,7 @@ class OracleArm:
         stop: Stop | None = None,
     ) -> Generation:
         script = self.baseline.generate(prompt_ids, max_new_tokens, generator, stop).tokens
-        self.decoder.drafter.script = list(prompt_ids) + script
+        drafter = self.decoder.drafter
+        drafter.script = list(prompt_ids) + script
+        drafter.rng.seed(generator.initial_seed())
         return self.decoder.generate(prompt_ids, max_new_tokens, generator, stop)
