@@ -300,6 +300,12 @@ def test_every_experiment_spec_rebuilds_from_fixture_runs(tmp_path: Path) -> Non
             assert text.startswith("intro\n") and text.endswith("<!-- headline:end -->\nrest\n")
             assert table in text and "STALE TABLE" not in text
             continue
+        if spec["kind"] == "acceptance":  # a row per cell from its records, and the figure
+            per_task = out.with_name(f"{spec['name']}-{spec['task']}")
+            table = per_task.with_suffix(".md").read_text()
+            assert all(f"| {row['cell']} | all |" in table for _, row in cells.iterrows())
+            assert per_task.with_suffix(".png").stat().st_size > 10_000
+            continue
         assert out.with_suffix(".png").stat().st_size > 10_000 and out.with_suffix(".pdf").exists()
         if spec["kind"] != "pareto":
             csv = pd.read_csv(out.with_suffix(".csv"), index_col=0)

@@ -117,22 +117,21 @@ def plot(frame: pd.DataFrame, task: str, out: Path) -> Path:
     accepted per round, and the conditional per-position acceptance."""
     cells = frame[frame["category"] == "all"]
     fig, (hist_ax, pos_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for _, r in cells.iterrows():
-        bins = [
-            b
-            for b in sorted(r["hist"])
-            if b <= max((k for k, v in r["hist"].items() if v), default=0)
-        ]
-        hist_ax.plot(bins, [r["hist"][b] for b in bins], marker="o", label=r["cell"])
-        if r["by_position"]:
-            positions = range(1, len(r["by_position"]) + 1)
-            pos_ax.plot(positions, r["by_position"], marker="o", label=r["cell"])
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (_, r) in enumerate(cells.iterrows()):
+        colour = colours[i % len(colours)]
+        last = max((k for k, v in r["hist"].items() if v), default=0)
+        bins = [b for b in sorted(r["hist"]) if b <= last]
+        hist_ax.plot(bins, [r["hist"][b] for b in bins], "o-", color=colour, label=r["cell"])
+        positions = range(1, len(r["by_position"]) + 1)
+        pos_ax.plot(positions, r["by_position"], "o-", color=colour)
     hist_ax.set_xlabel(f"{cells['unit'].iloc[0]} accepted in a round")
     hist_ax.set_ylabel("share of rounds")
     pos_ax.set_xlabel("draft position i")
     pos_ax.set_ylabel("P(i accepted | 1..i-1 accepted)")
     pos_ax.set_ylim(0, 1.02)
-    pos_ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1))
+    handles, labels = hist_ax.get_legend_handles_labels()  # every cell has a histogram
+    pos_ax.legend(handles, labels, fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.suptitle(f"{task}: acceptance")
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=130, bbox_inches="tight")
@@ -140,17 +139,17 @@ def plot(frame: pd.DataFrame, task: str, out: Path) -> Path:
     return out
 
 
-def write(runs: pd.DataFrame, out: Path) -> list[Path]:
-    """Per task: acceptance-<task>.md (also what the command prints), .csv (every position)
-    and .png."""
+def write(runs: pd.DataFrame, out: Path, name: str = "acceptance") -> list[Path]:
+    """Per task: <name>-<task>.md (also what the command prints), .csv (every position) and
+    .png."""
     frame = table(runs)
     written = []
     out.mkdir(parents=True, exist_ok=True)
     for task, part in frame.groupby("task", sort=True):
-        md = out / f"acceptance-{task}.md"
+        md = out / f"{name}-{task}.md"
         md.write_text(markdown(part, task))
-        csv = out / f"acceptance-{task}.csv"
+        csv = out / f"{name}-{task}.csv"
         lists = ["hist", "by_position", "at_position", "per_sample"]
         part.assign(**{c: part[c].map(json.dumps) for c in lists}).to_csv(csv, index=False)
-        written += [md, csv, plot(part, task, out / f"acceptance-{task}.png")]
+        written += [md, csv, plot(part, task, out / f"{name}-{task}.png")]
     return written

@@ -1,8 +1,8 @@
 """Every figure and table in experiments/ rebuilt from stored runs, without running a model.
 
-A spec (experiments/<name>.yaml) names its kind (`leaderboard`, `pareto`, `frontier`, or
-`headline`: the README's table, written between its `<!-- headline:start/end -->` markers), its
-task and axes (`speed`; `quality`, a metric of the task, or `y` and `higher`, any column of the
+A spec (experiments/<name>.yaml) names its kind (`leaderboard`, `pareto`, `frontier`,
+`acceptance`: histograms and per-position rates, or `headline`: the README's table, written
+between its `<!-- headline:start/end -->` markers), its task and axes (`speed`; `quality`, a metric of the task, or `y` and `higher`, any column of the
 runs table), the cells it needs (each entry a filter; list values expand into a grid) and the
 commands that produce them. A missing cell fails the whole command with the cells and those
 commands, so a figure is never drawn from part of its data.
@@ -11,13 +11,14 @@ commands, so a figure is never drawn from part of its data.
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
 from specbench import paths
-from specbench.report import leaderboard, pareto
+from specbench.report import acceptance, leaderboard, pareto
 from specbench.report.load import higher_is_better, load_runs
 
 
@@ -32,11 +33,18 @@ def expand(entry: dict) -> list[dict]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*values)]
 
 
+def matches(value: object, want: object) -> bool:
+    """A runs-table value against a spec's: null matches a missing value (NaN) too."""
+    if want is None:
+        return value is None or (isinstance(value, float) and math.isnan(value))
+    return value == want or str(value) == str(want)
+
+
 def select(runs: pd.DataFrame, cell: dict) -> pd.DataFrame:
     mask = pd.Series(True, index=runs.index)
     for key, value in cell.items():
         column = runs[key] if key in runs else pd.Series(None, index=runs.index)
-        mask &= column.astype(object).map(lambda v, want=value: v == want or str(v) == str(want))
+        mask &= column.astype(object).map(lambda v, want=value: matches(v, want))
     return runs[mask]
 
 
@@ -64,6 +72,8 @@ def build(spec: dict, runs: pd.DataFrame, out: Path) -> list[Path]:
         raise MissingCells(message)
     cells = pd.concat([select(runs, c) for e in spec["cells"] for c in expand(e)])
     cells = cells.drop_duplicates("run_id")
+    if spec["kind"] == "acceptance":
+        return acceptance.write(cells, out, spec["name"])
     quality, higher = second_axis(spec)
     target = out / spec["name"]
     if spec["kind"] == "headline":
