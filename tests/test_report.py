@@ -5,6 +5,7 @@ with the command that makes them, and the analysis notebook executed on committe
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import asdict
 from pathlib import Path
@@ -17,7 +18,7 @@ from specbench import paths
 from specbench.decoding.warp import Warp
 from specbench.metrics.summary import summarize
 from specbench.registry import METHODS, discover
-from specbench.report import acceptance, cli, figures, leaderboard
+from specbench.report import acceptance, aup, cli, figures, leaderboard
 from specbench.report.load import higher_is_better, load_runs
 from specbench.report.pareto import pareto_front
 from specbench.results.record import Record
@@ -317,6 +318,9 @@ def test_every_experiment_spec_rebuilds_from_fixture_runs(tmp_path: Path) -> Non
         else:
             y = f"quality.{spec['quality']}"
             higher = higher_is_better(spec["task"])[spec["quality"]]
+        if "aup" in spec:  # a row per group, in the listing beside the figure
+            listing = out.with_name(f"{spec['name']}-aup.md").read_text()
+            assert all(f"| {name} | " in listing for name in groups)
         for name, found in read_fronts(out.with_name(f"{spec['name']}-front.md")).items():
             group = figures.select(cells, groups[name])
             assert found == undominated(group, spec["speed"], y, higher)
@@ -345,3 +349,25 @@ def test_the_analysis_notebook_runs_on_the_committed_results(tmp_path: Path) -> 
     assert any(
         o.get("output_type") == "display_data" and "image/png" in o.get("data", {}) for o in outputs
     )
+
+
+def test_aup_equals_d3llms_on_its_own_curves() -> None:
+    """Golden outputs of d3LLM's get_aup (tests/goldens/aup: its source named there), the
+    curves it refuses included."""
+    goldens = json.loads((paths.REPO_ROOT / "tests/goldens/aup/d3llm_aup.json").read_text())
+    for case in goldens["cases"]:
+        points = list(zip(case["rho"], case["y"]))
+        got = aup.aup(points, case["y_max"], case.get("alpha", aup.ALPHA))
+        assert got == (None if case["aup"] is None else pytest.approx(case["aup"], rel=1e-12))
+
+
+def test_a_groups_aup_reads_shares_as_percent_against_the_best_accuracy_shown() -> None:
+    """Two points at shares 0.50 and 0.48, a baseline at 0.50: y_max 50 %, and the second
+    point's trapezoid weighted by exp(-3 (1 - 48/50))."""
+    group = pd.DataFrame(
+        {"tpf": [1.0, 2.0], "quality.prefix_match": [0.50, 0.48], "baseline.prefix_match": 0.5}
+    )
+    frame = aup.curves({"policy": group}, "prefix_match")
+    expected = 1.0 * 50 + 0.5 * (2.0 - 1.0) * (48 * math.exp(-3 * (1 - 48 / 50)) + 50)
+    assert frame.loc["policy", "aup"] == pytest.approx(expected)
+    assert "| policy | 2 | 1.00-2.00 | " in aup.markdown(frame, "t", "prefix_match")

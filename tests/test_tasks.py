@@ -8,12 +8,16 @@ import json
 import os
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from transformers import AutoTokenizer
 
+from conftest import compose_cfg
 from specbench import paths
 from specbench.errors import ConfigError
 from specbench.metrics import sandbox
+from specbench.pipeline import execute, prepare
 from specbench.results.summary import Workload
 from specbench.tasks.cnn_dm import CnnDmConfig, CnnDmTask
 from specbench.tasks.gsm8k import (
@@ -28,6 +32,10 @@ from specbench.tasks.mbpp import MbppConfig, MbppTask
 from specbench.tasks.mt_bench import MtBenchConfig, MtBenchTask, judge_prompt
 from specbench.tasks.owt import OwtConfig, OwtTask
 from specbench.tasks.spec_bench import CATEGORIES, SpecBenchConfig, SpecBenchTask
+from specbench.tasks.speed_bench import CATEGORIES as SPEED_CATEGORIES
+from specbench.tasks.speed_bench import SpeedBenchConfig, SpeedBenchTask
+
+MASKED = "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE USING SPECDEC_BENCH"
 
 DATA = paths.data_dir()
 
@@ -257,3 +265,76 @@ def test_a_missing_local_file_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="reads a local file only") as err:
         SpecBenchTask(SpecBenchConfig(source="hub")).samples()
     assert err.value.key == "task.source"
+
+
+def speed_bench_copy(path: Path, masked: int = 0) -> Path:
+    """A local copy of SPEED-Bench's qualitative split in its own schema: two rows per
+    category, categories interleaved, the second coding row two turns; `masked` rows of the
+    public copy's placeholder at the end."""
+    rows = []
+    for i in range(2):
+        for category in SPEED_CATEGORIES:
+            turns = [f"A {category} question number {i}, in plain words."]
+            if category == "coding" and i == 1:
+                turns.append("Now make it faster.")
+            rows.append(
+                {
+                    "question_id": f"{category}-{i}",
+                    "category": category,
+                    "sub_category": f"{category}/sub",
+                    "turns": turns,
+                    "source": "fixture",
+                    "src_id": str(i),
+                    "difficulty": "easy",
+                    "multiturn": len(turns) > 1,
+                }
+            )
+    for i in range(masked):
+        rows.append({**rows[0], "question_id": f"masked-{i}", "turns": [MASKED]})
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def test_speed_bench_reads_its_qualitative_split_in_its_own_schema(tmp_path: Path) -> None:
+    source = str(speed_bench_copy(tmp_path / "qualitative.parquet"))
+    samples = SpeedBenchTask(SpeedBenchConfig(source=source)).samples()
+    assert len(samples) == 22
+    assert [s.meta["category"] for s in samples[:11]] == list(SPEED_CATEGORIES)
+    assert {s.id: len(s.turns) for s in samples}["coding-1"] == 2
+    assert samples[0].meta["subcategory"] == "coding/sub" and samples[0].turns[0].startswith(
+        "A coding"
+    )
+    only = SpeedBenchConfig(source=source, categories=["math", "rag"], multi_turn=False)
+    assert [s.id for s in SpeedBenchTask(only).samples()] == ["math-0", "rag-0", "math-1", "rag-1"]
+    first_turns = SpeedBenchTask(SpeedBenchConfig(source=source, multi_turn=False)).samples()
+    assert all(len(s.turns) == 1 for s in first_turns)
+    with pytest.raises(ConfigError, match="task.categories"):
+        SpeedBenchConfig(source=source, categories=["poetry"]).check()
+
+
+def test_speed_bench_refuses_a_missing_copy_and_a_masked_one_in_one_line(tmp_path: Path) -> None:
+    missing = SpeedBenchTask(SpeedBenchConfig(source=str(tmp_path / "none.parquet")))
+    with pytest.raises(ConfigError, match="no local copy of SPEED-Bench's qualitative split"):
+        missing.samples()
+    masked = str(speed_bench_copy(tmp_path / "public.parquet", masked=3))
+    with pytest.raises(ConfigError) as err:
+        SpeedBenchTask(SpeedBenchConfig(source=masked)).samples()
+    assert "3 of 25 rows are SPEED-Bench's placeholder" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_speed_bench_runs_with_a_table_per_category(tmp_path: Path) -> None:
+    source = speed_bench_copy(tmp_path / "qualitative.parquet")
+    cfg = compose_cfg(
+        "method=sps",
+        "target=tiny",
+        "drafter=tiny-ar",
+        "task=speed_bench",
+        f"task.source={source}",
+        "run.limit=3",
+        "run.max_new_tokens=12",
+        f"run.results_dir={tmp_path / 'results'}",
+    )
+    summary = execute(prepare(cfg))
+    assert sorted(summary.by_category) == ["coding", "humanities", "math"]
+    assert sum(c.n_samples for c in summary.by_category.values()) == 3

@@ -2,10 +2,12 @@
 
 A spec (experiments/<name>.yaml) names its kind (`leaderboard`, `pareto`, `frontier`,
 `acceptance`: histograms and per-position rates, or `headline`: the README's table, written
-between its `<!-- headline:start/end -->` markers), its task and axes (`speed`; `quality`, a metric of the task, or `y` and `higher`, any column of the
-runs table), the cells it needs (each entry a filter; list values expand into a grid) and the
-commands that produce them. A missing cell fails the whole command with the cells and those
-commands, so a figure is never drawn from part of its data.
+between its `<!-- headline:start/end -->` markers), its task and axes (`speed`; `quality`, a
+metric of the task, or `y` and `higher`, any column of the runs table; `aup`: an accuracy
+metric whose AUP, d3LLM's, each group's curve gets), the cells it needs (each entry a filter;
+list values expand into a grid) and the commands that produce them. A missing cell fails the
+whole command with the cells and those commands, so a figure is never drawn from part of its
+data.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pandas as pd
 import yaml
 
 from specbench import paths
-from specbench.report import acceptance, leaderboard, pareto
+from specbench.report import acceptance, aup, leaderboard, pareto
 from specbench.report.load import higher_is_better, load_runs
 
 
@@ -86,7 +88,16 @@ def build(spec: dict, runs: pd.DataFrame, out: Path) -> list[Path]:
         groups = {name: select(cells, f) for name, f in spec["groups"].items()}
     else:
         written, groups = [], {"cells": cells}
-    return written + pareto.plot(groups, spec["speed"], quality, higher, spec["name"], target)
+    notes = None
+    if "aup" in spec:  # each group's accuracy-parallelism curve in one number (report/aup.py)
+        curves = aup.curves(groups, spec["aup"])
+        listing = out / f"{spec['name']}-aup.md"
+        listing.write_text(aup.markdown(curves, spec["name"], spec["aup"]))
+        written.append(listing)
+        notes = {g: f" (AUP {v:.0f})" for g, v in curves["aup"].items() if v is not None}
+    return written + pareto.plot(
+        groups, spec["speed"], quality, higher, spec["name"], target, notes
+    )
 
 
 def second_axis(spec: dict) -> tuple[str, bool]:

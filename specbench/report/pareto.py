@@ -60,9 +60,11 @@ def plot(
     quality_higher: bool,
     title: str,
     out: Path,
+    notes: dict[str, str] | None = None,
 ) -> list[Path]:
     """Each group (e.g. "joint", "single-step exact") is drawn with its own front; markers
-    are each method's own. The fronts are also written as `<out>-front.md`."""
+    are each method's own; `notes` add to a group's front label (its AUP). The fronts are also
+    written as `<out>-front.md`."""
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     fronts: dict[str, pd.DataFrame] = {}
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -86,7 +88,7 @@ def plot(
             marker="o",
             markersize=8,
             markerfacecolor="none",
-            label=f"{name}: front",
+            label=f"{name}: front{(notes or {}).get(name, '')}",
         )
         for _, row in best.iterrows():
             ax.annotate(row["cell"], (row[speed], row[quality]), fontsize=6, alpha=0.8)

@@ -218,12 +218,21 @@ def local_source(source: str, what: str) -> str:
 
 
 def read_rows(path: str, key: str) -> list[dict[str, Any]]:
-    """A local data file in its upstream format: JSONL (optionally gzipped) or a JSON array."""
+    """A local data file in its upstream format: JSONL (optionally gzipped), a JSON array, or
+    a parquet file as the hub stores a split."""
     file = Path(path)
     if not file.is_file():
         raise ConfigError(
-            key, path, "no such file; give 'hub' or a local .jsonl/.jsonl.gz/.json file"
+            key, path, "no such file; give 'hub' or a local .jsonl/.jsonl.gz/.json/.parquet file"
         )
+    if file.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_table(file).to_pylist()
+        except (OSError, ValueError) as err:  # pyarrow's errors derive from both
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise ConfigError(key, path, f"not a readable parquet file: {first}") from None
     if file.suffix == ".json":
         try:
             rows = json.loads(file.read_bytes())
