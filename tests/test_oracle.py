@@ -25,6 +25,9 @@ CELLS = {
     "specdiff": (["method=specdiff", "drafter=tiny-dlm", "method.gamma=5"], 6),
     "diffuspec": (["method=diffuspec", "drafter=tiny-dlm", "method.adl=false", "method.k=7"], 8),
 }
+# DiffuSpec's adaptive length (k_max 30, then its EMA of what a round generated): every round
+# still accepts its whole draft, of whatever length the schedule chose
+ADAPTIVE = ["method=diffuspec", "drafter=tiny-dlm", "method.adl=true"]
 
 
 @pytest.mark.parametrize("name", CELLS)
@@ -124,3 +127,20 @@ def test_a_simulated_acceptance_without_an_oracle_or_of_half_a_token_is_refused(
     with pytest.raises(ConfigError, match=key) as err:
         prepare(cfg)
     assert why in str(err.value)
+
+
+def test_the_oracle_under_an_adaptive_draft_length_accepts_every_draft(tmp_path: Path) -> None:
+    cfg = compose_cfg(
+        *ADAPTIVE,
+        "task=tiny_code",
+        "run.limit=1",
+        "run.max_new_tokens=40",
+        "run.oracle=true",
+        f"run.results_dir={tmp_path}",
+    )
+    plan = prepare(cfg)
+    execute(plan)
+    [r] = load_records(plan.store.run_dir / "records.jsonl", plan.run_id)
+    oracle = r.references["oracle"]
+    assert oracle.output_ids == r.baseline.output_ids
+    assert oracle.emitted_per_call[0] == 31  # the first round drafts k_max = 30, all accepted

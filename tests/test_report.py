@@ -43,7 +43,7 @@ def record(i: int, tokens: int, wall: float, calls: int, base_wall: float, nll: 
             "target_positions": calls,
             "emitted_per_call": [1] * calls,
             "text": "",
-            "quality": {"nll": nll},
+            "quality": {"nll": nll, "prefix_match": nll / 2},
         }
 
     return {

@@ -16,6 +16,8 @@ import math
 
 import pandas as pd
 
+from specbench.report import ReportError
+
 ALPHA = 3.0  # d3LLM's penalty for accuracy below y_max
 OFFSET = 5.0  # accuracy points a curve may lose before a point is dropped
 
@@ -43,6 +45,9 @@ def curves(groups: dict[str, pd.DataFrame], metric: str) -> pd.DataFrame:
     """Each group's AUP over its cells' (tpf, `metric`) points, the metric in % (a share in
     [0, 1] is scaled), y_max the best accuracy of every group and baseline shown."""
     column, base = f"quality.{metric}", f"baseline.{metric}"
+    lacking = [name for name, g in groups.items() if column not in g or g[column].isna().any()]
+    if lacking:
+        raise ReportError(f"aup: {metric}: no such quality in the runs of {', '.join(lacking)}")
     scale = 100.0 if all(g[column].max() <= 1.0 for g in groups.values()) else 1.0
     best = max(
         max(g[column].max(), g[base].max() if base in g else -math.inf) for g in groups.values()

@@ -26,13 +26,15 @@ VERSUS = {"speedup": True, "nfe_reduction": True}
 
 
 def speed_columns(rows: pd.DataFrame) -> dict[str, bool]:
-    """The speed columns these rows have, with direction (True = higher is better)."""
+    """The speed columns these rows have a value in, with direction (True = higher is
+    better)."""
     versus = {
         c: VERSUS[c.rsplit(".", 1)[1]]
         for c in rows.columns
         if c.startswith("vs.") and c.rsplit(".", 1)[1] in VERSUS and rows[c].notna().any()
     }
-    return {c: d for c, d in {**SPEED, **versus}.items() if c in rows.columns}
+    present = {c: d for c, d in {**SPEED, **versus}.items() if c in rows.columns}
+    return {c: d for c, d in present.items() if rows[c].notna().any()}
 
 
 def table(runs: pd.DataFrame, task: str) -> tuple[pd.DataFrame, dict[str, bool]]:

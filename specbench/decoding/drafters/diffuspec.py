@@ -152,7 +152,9 @@ class AdaptiveDraftLength:
 
     def next(self, k: int, n_accepted: int, draft: Draft) -> int:
         rho = self.rho
-        self.generated = (1 - rho) * self.generated + rho * draft.info["L_gen"]
+        # a drafter that reports no raw length (the oracle) generated exactly its draft
+        generated = draft.info.get("L_gen", len(draft.tokens))
+        self.generated = (1 - rho) * self.generated + rho * generated
         self.accepted = (1 - rho) * self.accepted + rho * n_accepted
         grow = self.delta if self.accepted >= self.generated else 0
         return min(max(math.floor(self.generated) + grow, self.k_min), self.k_max)
