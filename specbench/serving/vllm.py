@@ -1,0 +1,279 @@
+"""`run.backend=vllm`: a cell's arms inside vLLM's engine instead of specbench's.
+
+vLLM runs from its own environment (`make vllm` builds `.venv-vllm`; `run.vllm_python` names
+any other python with vllm installed), so specbench talks to it as a process: one `vllm serve`
+(the OpenAI-compatible server) per arm, on a free loopback port, its log in the run directory.
+Prompts go as token ids (no second tokenization) to `/v1/completions`, streamed, so the first
+token's arrival times TTFT on this side of the socket; outputs come back as token ids
+(`return_token_ids`), cut at the cell's stop tokens and strings as specbench's own decoders
+cut them. Acceptance is vLLM's own per-request record (`--per-request-spec-decode-metrics
+detailed`: drafted and accepted per verification step), so vLLM's rounds fill the same record
+fields as specbench's. Every server is stopped (its whole process group) when the cell ends,
+fails or is interrupted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from contextlib import ExitStack
+from pathlib import Path
+
+import torch
+
+from specbench import paths
+from specbench.config import ModelConfig, RunConfig
+from specbench.decoding.generation import Generation, Stop
+from specbench.decoding.warp import Warp
+from specbench.errors import ConfigError
+
+VENV = paths.REPO_ROOT / ".venv-vllm"
+SERVED_NAME = "target"  # the name each server gives its model in requests
+
+
+def python_of(run: RunConfig) -> str:
+    """The vLLM environment's python, refused in one line when it has no vLLM."""
+    python = run.vllm_python or str(VENV / "bin" / "python")
+    if not Path(python).is_file():
+        raise ConfigError(
+            "run.vllm_python",
+            python,
+            "no vLLM environment there: run `make vllm` (builds .venv-vllm), or set "
+            "run.vllm_python to a python that has vllm installed",
+        )
+    return python
+
+
+def die_with_parent() -> None:
+    """In the server's process, before exec: SIGTERM it when specbench's process dies, even by
+    SIGKILL, which runs no cleanup (Linux's PR_SET_PDEATHSIG; elsewhere a no-op)."""
+    try:
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """One `vllm serve` process group, healthy on return from `start`, gone after `stop`."""
+
+    def __init__(self, python: str, model: str, args: list[str], log: Path, startup_s: int):
+        self.python, self.model, self.args, self.log = python, model, args, log
+        self.startup_s = startup_s
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            self.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            self.model,
+            "--served-model-name",
+            SERVED_NAME,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *self.args,
+        ]
+
+    def start(self) -> Server:
+        env = {
+            **os.environ,
+            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+        }
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # a Ctrl-C reaches specbench, which stops the group
+                preexec_fn=die_with_parent,
+            )
+        deadline = time.monotonic() + self.startup_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vllm serve exited ({self.process.returncode}): {self.why()}")
+            if self.healthy():
+                return self
+            time.sleep(1.0)
+        self.stop()
+        raise RuntimeError(f"vllm serve did not answer /health in {self.startup_s} s: {self.why()}")
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    def version(self) -> str:
+        with urllib.request.urlopen(f"{self.url}/version", timeout=10) as response:
+            return json.loads(response.read())["version"]
+
+    def why(self) -> str:
+        """The server log's last error line (the whole log is `self.log`)."""
+        lines = self.log.read_text(errors="replace").splitlines()
+        errors = [line for line in lines if "Error" in line] or lines or ["(empty log)"]
+        return f"{errors[-1].strip()[:300]} (log: {self.log})"
+
+    def stop(self) -> None:
+        """SIGTERM to the process group, SIGKILL after 30 s: vLLM's engine workers too."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(self.process.pid, sig)
+                self.process.wait(timeout=wait)
+                return
+            except ProcessLookupError:
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+
+class VLLMDecoder:
+    """A `Decoder` whose target forwards run in a vLLM server: one streamed completion per
+    call, its counters read from vLLM's per-request record."""
+
+    def __init__(self, server: Server, warp: Warp):
+        self.server, self.warp = server, warp
+
+    def request(self, prompt_ids: list[int], max_new: int, seed: int, stop: Stop) -> dict:
+        body = {
+            "model": SERVED_NAME,
+            "prompt": prompt_ids,
+            "max_tokens": max_new,
+            "temperature": self.warp.temperature,
+            "top_p": self.warp.top_p,
+            "top_k": self.warp.top_k or -1,
+            "seed": seed,
+            "stop": list(stop.strings),
+            "stop_token_ids": sorted(stop.ids),
+            "ignore_eos": True,  # the cell's stop tokens above are the only ones
+            "return_token_ids": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        return body
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        generator: torch.Generator,
+        stop: Stop | None = None,
+    ) -> Generation:
+        stop = stop or Stop(frozenset())
+        body = self.request(prompt_ids, max_new_tokens, generator.initial_seed() % 2**31, stop)
+        request = urllib.request.Request(
+            f"{self.server.url}/v1/completions",
+            json.dumps(body).encode(),
+            {"Content-Type": "application/json"},
+        )
+        tokens, first, spec = [], None, None
+        started = time.perf_counter()
+        with urllib.request.urlopen(request) as response:
+            for line in response:
+                if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                for choice in chunk.get("choices") or []:
+                    tokens += choice.get("token_ids") or []
+                    if first is None and tokens:
+                        first = time.perf_counter() - started
+                spec = ((chunk.get("metrics") or {}).get("speculative_decoding")) or spec
+        wall = time.perf_counter() - started
+        end = stop.first(tokens)
+        tokens = tokens if end is None else tokens[: end + 1]
+        return counted(tokens, wall, first or wall, prompt_ids, spec)
+
+
+def counted(
+    tokens: list[int], wall: float, ttft: float, prompt_ids: list[int], spec: dict | None
+) -> Generation:
+    """A Generation from vLLM's outputs: without speculation one forward per token; with it the
+    prefill's token, then per verification step its accepted drafts and the bonus. Positions
+    read are counted as fed (the prompt, then each step's draft and its last token)."""
+    if spec is None:
+        emitted = [1] * len(tokens)
+        return Generation(
+            tokens,
+            wall,
+            ttft,
+            len(tokens),
+            emitted=emitted,
+            positions=len(prompt_ids) + len(tokens),
+        )
+    drafted, accepted = spec["per_step_drafted"], spec["per_step_accepted"]
+    return Generation(
+        tokens,
+        wall,
+        ttft,
+        target_calls=1 + len(drafted),
+        draft_lengths=drafted,
+        accepted=accepted,
+        emitted=[1] + [a + 1 for a in accepted],
+        positions=len(prompt_ids) + sum(d + 1 for d in drafted),
+    )
+
+
+def server_args(
+    target: ModelConfig, dtype: str, max_len: int, seed: int, speculative: dict | None
+) -> list[str]:
+    """`vllm serve`'s arguments for an arm: the target's dtype and length, and the method's
+    speculative config with vLLM's per-request acceptance record."""
+    args = ["--dtype", dtype, "--max-model-len", str(max_len), "--seed", str(seed)]
+    args += ["--gpu-memory-utilization", os.environ.get("SPECBENCH_VLLM_MEMORY", "0.3")]
+    if target.revision:
+        args += ["--revision", target.revision]
+    if speculative is not None:
+        args += ["--speculative-config", json.dumps(speculative)]
+        args += ["--per-request-spec-decode-metrics", "detailed"]
+    return args
+
+
+def start_arms(
+    stack: ExitStack,
+    python: str,
+    target: tuple[ModelConfig, str],
+    dtype: str,
+    max_len: int,
+    run: RunConfig,
+    speculative: dict | None,
+    logs: Path,
+    warp: Warp,
+) -> tuple[VLLMDecoder, VLLMDecoder | None]:
+    """The method's server and, with the baseline arm on, plain decoding's (one server serves
+    both when the method is plain decoding); each stopped when `stack` closes."""
+    cfg, model = target
+
+    def serve(role: str, spec: dict | None) -> VLLMDecoder:
+        args = server_args(cfg, dtype, max_len, run.seed, spec)
+        server = Server(python, model, args, logs / f"vllm-{role}.log", run.vllm_startup_s)
+        stack.callback(server.stop)
+        return VLLMDecoder(server.start(), warp)
+
+    method = serve("method", speculative)
+    if not run.baseline:
+        return method, None
+    return method, method if speculative is None else serve("baseline", None)
