@@ -358,35 +358,14 @@ def measure(plan: Plan) -> Summary:
     """Load weights, decode every unfinished sample, write environment and summary, and mirror
     them to W&B."""
     with ExitStack() as servers:  # a backend's server processes live as long as the cell
-        return measure_arms(plan, *build_arms(plan, servers))
+        build = vllm_arms if plan.config.run.backend == VLLM else specbench_arms
+        return measure_arms(plan, *build(plan, servers))
 
 
-def build_arms(plan: Plan, servers: ExitStack) -> tuple[Any, Any, Arms, dict[str, Any]]:
-    """The target, the drafter, the decoders every sample runs, and what env.json says of the
-    engine: specbench's own (`run.engine`), or vLLM's servers (`run.backend=vllm`), beside
-    which the target is loaded here too, for its stop tokens and tie checks."""
+def specbench_arms(plan: Plan, servers: ExitStack) -> tuple[Any, Arms, dict[str, Any]]:
+    """The target, the decoders every sample runs on specbench's engine (the method's, the
+    baseline, references and the ceiling) and what env.json says of the engine."""
     config, method = plan.config, plan.method
-    if config.run.backend == VLLM:
-        cfg = config.target
-        target = kind_of(cfg).load(cfg, "target", plan.device, kind_of(cfg).dtype(cfg, config))
-        decoder, baseline = vllm.start_arms(
-            servers,
-            vllm.python_of(config.run),
-            (cfg, loading.resolve(cfg, "target")),
-            str(target.model.dtype).removeprefix("torch."),
-            longest_sequence(plan),
-            config.run,
-            method.vllm_speculative_config(vllm_drafter(config, method)),
-            plan.store.run_dir,
-            method.warp,
-        )
-        engine = {
-            "name": VLLM,
-            "python": vllm.python_of(config.run),
-            "version": decoder.server.version(),
-            "server_args": decoder.server.args,
-        }
-        return target, None, Arms(decoder, baseline, {}), engine
     target, drafter = load_models(plan)
     baseline = method.baseline(target) if config.run.baseline else None
     references = method.references(target, drafter) if config.run.baseline else {}
@@ -398,7 +377,29 @@ def build_arms(plan: Plan, servers: ExitStack) -> tuple[Any, Any, Arms, dict[str
         target=[target],
         drafter=[drafter, getattr(decoder, "drafter", None)],
     )
-    return target, drafter, Arms(decoder, baseline, references), engine
+    return target, Arms(decoder, baseline, references), engine
+
+
+def vllm_arms(plan: Plan, servers: ExitStack) -> tuple[Any, Arms, dict[str, Any]]:
+    """The method and baseline arms in vLLM's servers (stopped when `servers` closes); the
+    target is loaded here too, for its stop tokens and the tie checks of divergences."""
+    config, method, cfg = plan.config, plan.method, plan.config.target
+    target = kind_of(cfg).load(cfg, "target", plan.device, kind_of(cfg).dtype(cfg, config))
+    python = vllm.python_of(config.run)
+    decoder, baseline = vllm.start_arms(
+        servers,
+        python,
+        (cfg, loading.resolve(cfg, "target")),
+        str(target.model.dtype).removeprefix("torch."),
+        longest_sequence(plan),
+        config.run,
+        method.vllm_speculative_config(vllm_drafter(config, method)),
+        plan.store.run_dir,
+        method.warp,
+    )
+    server = decoder.server
+    engine = {"name": VLLM, "python": python, "version": server.version(), "args": server.args}
+    return target, Arms(decoder, baseline, {}), engine
 
 
 def vllm_drafter(config: Config, method: Method) -> str | None:
@@ -406,7 +407,7 @@ def vllm_drafter(config: Config, method: Method) -> str | None:
     return loading.resolve(config.drafter, "drafter") if method.drafter_kind else None
 
 
-def measure_arms(plan: Plan, target: Any, drafter: Any, arms: Arms, engine: dict) -> Summary:
+def measure_arms(plan: Plan, target: Any, arms: Arms, engine: dict) -> Summary:
     config, method = plan.config, plan.method
     stop = Stop(
         frozenset(target.eos_token_ids), tuple(config.task.stop), decode=plan.tokenizer.decode

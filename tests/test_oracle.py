@@ -11,6 +11,9 @@ import pytest
 from scipy.stats import chisquare
 
 from conftest import compose_cfg
+from specbench.decoding.configs import DiffuSpecConfig
+from specbench.decoding.drafters.diffuspec import AdaptiveDraftLength
+from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import OracleDrafter
 from specbench.errors import ConfigError
 from specbench.pipeline import execute, prepare
@@ -134,7 +137,7 @@ def test_the_oracle_under_an_adaptive_draft_length_accepts_every_draft(tmp_path:
         *ADAPTIVE,
         "task=tiny_code",
         "run.limit=1",
-        "run.max_new_tokens=40",
+        "run.max_new_tokens=100",
         "run.oracle=true",
         f"run.results_dir={tmp_path}",
     )
@@ -143,4 +146,13 @@ def test_the_oracle_under_an_adaptive_draft_length_accepts_every_draft(tmp_path:
     [r] = load_records(plan.store.run_dir / "records.jsonl", plan.run_id)
     oracle = r.references["oracle"]
     assert oracle.output_ids == r.baseline.output_ids
-    assert oracle.emitted_per_call[0] == 31  # the first round drafts k_max = 30, all accepted
+    # every draft is accepted whole: ADL's lengths as they run when every round generates and
+    # accepts its k tokens (k_max = 30 first), each round emitting k + 1
+    cfg = DiffuSpecConfig()
+    adl = AdaptiveDraftLength(cfg.k_min, cfg.k_max, cfg.delta, cfg.rho)
+    ks = [adl.start]
+    while sum(k + 1 for k in ks) < 100:
+        k = ks[-1]
+        ks.append(adl.next(k, k, Draft([0] * k, None, 0, 0.0, info={"L_gen": k})))
+    rounds = oracle.emitted_per_call
+    assert len(rounds) >= 3 and rounds[:-1] == [k + 1 for k in ks[: len(rounds) - 1]], rounds

@@ -29,6 +29,22 @@ def servers() -> list[str]:
     return found.split()
 
 
+def ar_in_vllm(results: Path) -> list[str]:
+    """`specbench-run` of a long plain-decoding cell in vLLM, as a separate process."""
+    return [
+        sys.executable,
+        "-m",
+        "specbench",
+        *CELL[:2],  # the tiny target and task
+        "method=ar",
+        "run.limit=40",
+        "run.max_new_tokens=128",
+        "run.backend=vllm",
+        "logging.wandb.mode=disabled",
+        f"run.results_dir={results}",
+    ]
+
+
 def total_variation(a: dict[str, int], b: dict[str, int]) -> float:
     keys, na, nb = set(a) | set(b), sum(a.values()), sum(b.values())
     return 0.5 * sum(abs(a.get(k, 0) / na - b.get(k, 0) / nb) for k in keys)
@@ -68,19 +84,7 @@ def test_sps_in_vllm_decodes_and_accepts_as_specbench_does(tmp_path: Path) -> No
 
 def test_an_interrupted_vllm_run_leaves_no_server(tmp_path: Path) -> None:
     """Ctrl-C once the servers answer: one line, exit 130, and every server is gone."""
-    command = [
-        sys.executable,
-        "-m",
-        "specbench",
-        *CELL[:-1],
-        "method=ar",
-        "run.limit=40",
-        "run.max_new_tokens=128",
-        "run.backend=vllm",
-        "logging.wandb.mode=disabled",
-        f"run.results_dir={tmp_path}",
-    ]
-    run = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(ar_in_vllm(tmp_path), stderr=subprocess.PIPE, text=True)
     logs = tmp_path / "adhoc"
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline and not list(logs.glob("*/records.jsonl")):
@@ -96,18 +100,7 @@ def test_an_interrupted_vllm_run_leaves_no_server(tmp_path: Path) -> None:
 
 def test_a_killed_specbench_takes_its_servers_with_it(tmp_path: Path) -> None:
     """SIGKILL runs no cleanup; the servers die with their parent (PR_SET_PDEATHSIG)."""
-    command = [
-        sys.executable,
-        "-m",
-        "specbench",
-        *CELL[:-1],
-        "method=ar",
-        "run.limit=40",
-        "run.backend=vllm",
-        "logging.wandb.mode=disabled",
-        f"run.results_dir={tmp_path}",
-    ]
-    run = subprocess.Popen(command, stderr=subprocess.DEVNULL, start_new_session=True)
+    run = subprocess.Popen(ar_in_vllm(tmp_path), stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline and not servers():
         time.sleep(2)

@@ -226,8 +226,11 @@ class OracleDrafter(Drafter):
         return None
 
     def draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft:
-        follows = self.script[: len(context)] == context
-        tokens = self.script[len(context) : len(context) + n] if follows else []
+        # the previous context followed the script and every accepted draft token is the
+        # script's, so only the round's last token (the target's own) can have left it
+        at = len(context)
+        follows = at <= len(self.script) and context[-1] == self.script[at - 1]
+        tokens = self.script[at : at + n] if follows else []
         right = self.right(len(tokens))
         if right < len(tokens):
             tokens[right] = (tokens[right] + 1) % self.vocab_size
