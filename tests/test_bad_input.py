@@ -478,7 +478,7 @@ def test_specbench_report_refuses_an_unwritable_out(tmp_path, capsys) -> None:
             ["run.backend=vllm", "method=specdiff", "drafter=random-mdlm"],
             "run.backend",
             "vllm",
-            "vLLM runs methods ar, dflash, sps; not specdiff",
+            "vLLM runs methods ar, dflash, pld, sps; not specdiff",
         ),
         (
             ["run.backend=vllm", "method.tree=dynamic", f"run.vllm_python={sys.executable}"],
@@ -487,6 +487,13 @@ def test_specbench_report_refuses_an_unwritable_out(tmp_path, capsys) -> None:
             "vLLM's draft_model runs method.tree=None only",
         ),
         (["run.backend=tgi"], "run.backend", "tgi", "allowed: specbench, vllm"),
+        (["run.concurrency=4"], "run.concurrency", "4", "needs run.backend=vllm"),
+        (
+            ["run.backend=vllm", "run.concurrency=0"],
+            "run.concurrency",
+            "0",
+            "must be an integer >= 1",
+        ),
     ],
 )
 def test_a_vllm_cell_it_cannot_run_is_one_line_before_any_server(

@@ -245,6 +245,33 @@ class DFlashConfig:
 
 
 @dataclass
+class PLDConfig:
+    name: str = "pld"
+    # tokens drafted per round at most (vLLM's num_speculative_tokens; Spec-Bench's PLD: 10)
+    gamma: int = 10
+    # the n-gram lengths looked up, longest first (vLLM's prompt_lookup_min/max; PLD's max: 3)
+    prompt_lookup_min: int = 1
+    prompt_lookup_max: int = 3
+
+    def check(self, temperature: float, max_new: int) -> None:
+        check_draft_length(self.gamma, max_new)
+        _bounds(
+            (
+                "method.prompt_lookup_min",
+                self.prompt_lookup_min,
+                self.prompt_lookup_min >= 1,
+                "must be an integer >= 1",
+            ),
+            (
+                "method.prompt_lookup_max",
+                self.prompt_lookup_max,
+                self.prompt_lookup_max >= self.prompt_lookup_min,
+                f"must be an integer >= method.prompt_lookup_min ({self.prompt_lookup_min})",
+            ),
+        )
+
+
+@dataclass
 class DDTreeConfig:
     name: str = "ddtree"
     block_size: int | None = None  # as DFlash's: null uses the drafter checkpoint's
@@ -435,6 +462,7 @@ def _register() -> None:
         SpecDiffConfig,
         DiffuSpecConfig,
         DFlashConfig,
+        PLDConfig,
         DDTreeConfig,
         DLLMConfig,
         PSDConfig,
