@@ -95,7 +95,8 @@ class Server:
             *self.args,
         ]
 
-    def start(self) -> Server:
+    def launch(self) -> Server:
+        """The process, started; `wait` returns once it serves."""
         env = {
             **os.environ,
             "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
@@ -109,6 +110,11 @@ class Server:
                 start_new_session=True,  # a Ctrl-C reaches specbench, which stops the group
                 preexec_fn=die_with_parent,
             )
+        return self
+
+    def wait(self) -> Server:
+        """The launched server once it answers /health; a server that exits or stays silent
+        for `startup_s` raises with its log's last error."""
         deadline = time.monotonic() + self.startup_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -212,7 +218,7 @@ def counted(
     tokens: list[int], wall: float, ttft: float, prompt_ids: list[int], spec: dict | None
 ) -> Generation:
     """A Generation from vLLM's outputs: without speculation one forward per token; with it the
-    prefill's token, then per verification step its accepted drafts and the bonus. Positions
+    prefill's token, then per step its accepted drafts and the bonus. Positions
     read are counted as fed (the prompt, then each step's draft and its last token)."""
     if spec is None:
         emitted = [1] * len(tokens)
@@ -225,6 +231,10 @@ def counted(
             positions=len(prompt_ids) + len(tokens),
         )
     drafted, accepted = spec["per_step_drafted"], spec["per_step_accepted"]
+    # steps vLLM drafted nothing for (ngram without a match) are not in its record: they are
+    # rounds of no draft here, as in specbench's engine, placed last (vLLM gives no order)
+    plain = max(0, len(tokens) - 1 - sum(a + 1 for a in accepted))
+    drafted, accepted = drafted + [0] * plain, accepted + [0] * plain
     return Generation(
         tokens,
         wall,
@@ -242,6 +252,10 @@ def server_args(
 ) -> list[str]:
     """`vllm serve`'s arguments for an arm: the target's dtype and length, and the method's
     speculative config with vLLM's per-request acceptance record."""
+    if speculative is not None:
+        # vLLM runs a drafter only while the sequence, its drafts and the next round's fit
+        # --max-model-len, and verifies drafts of token 0 past that: leave them room
+        max_len += 2 * (speculative["num_speculative_tokens"] + 1)
     args = ["--dtype", dtype, "--max-model-len", str(max_len), "--seed", str(seed)]
     args += ["--gpu-memory-utilization", os.environ.get("SPECBENCH_VLLM_MEMORY", "0.3")]
     if target.revision:
@@ -264,16 +278,19 @@ def start_arms(
     warp: Warp,
 ) -> tuple[VLLMDecoder, VLLMDecoder | None]:
     """The method's server and, with the baseline arm on, plain decoding's (one server serves
-    both when the method is plain decoding); each stopped when `stack` closes."""
+    both when the method is plain decoding), started together; each stopped when `stack`
+    closes."""
     cfg, model = target
-
-    def serve(role: str, spec: dict | None) -> VLLMDecoder:
+    specs = {"method": speculative}
+    if run.baseline and speculative is not None:
+        specs["baseline"] = None
+    servers = {}
+    for role, spec in specs.items():
         args = server_args(cfg, dtype, max_len, run.seed, spec)
         server = Server(python, model, args, logs / f"vllm-{role}.log", run.vllm_startup_s)
         stack.callback(server.stop)
-        return VLLMDecoder(server.start(), warp)
-
-    method = serve("method", speculative)
+        servers[role] = server.launch()
+    decoders = {role: VLLMDecoder(server.wait(), warp) for role, server in servers.items()}
     if not run.baseline:
-        return method, None
-    return method, method if speculative is None else serve("baseline", None)
+        return decoders["method"], None
+    return decoders["method"], decoders.get("baseline", decoders["method"])

@@ -1,0 +1,33 @@
+"""The vLLM backend's bookkeeping, without a server: how vLLM's per-request record becomes
+specbench's rounds, and the server's arguments."""
+
+from __future__ import annotations
+
+import json
+
+from specbench.config import ModelConfig
+from specbench.serving.vllm import counted, server_args
+
+
+def test_steps_vllm_drafted_nothing_for_are_rounds_of_no_draft() -> None:
+    """ngram without a match drafts nothing and vLLM records no step: the prefill's token,
+    two recorded steps (3 then 1 tokens) and two plain steps make 7 tokens."""
+    spec = {"per_step_drafted": [4, 4], "per_step_accepted": [2, 0]}
+    out = counted(list(range(7)), 1.0, 0.1, [9, 9], spec)
+    assert out.draft_lengths == [4, 4, 0, 0] and out.accepted == [2, 0, 0, 0]
+    assert out.target_calls == 5 and sum(out.emitted) == 7
+
+
+def test_a_speculative_server_gets_room_for_two_rounds_of_drafts() -> None:
+    """vLLM verifies drafts of token 0 once a sequence and two rounds of drafts pass
+    --max-model-len, so a drafting server is given that room."""
+    target = ModelConfig(name="t", name_or_path="t")
+    spec = {"method": "ngram", "num_speculative_tokens": 15}
+
+    def max_len(args: list[str]) -> int:
+        return int(args[args.index("--max-model-len") + 1])
+
+    assert max_len(server_args(target, "float32", 192, 0, None)) == 192
+    drafting = server_args(target, "float32", 192, 0, spec)
+    assert max_len(drafting) == 192 + 32
+    assert json.loads(drafting[drafting.index("--speculative-config") + 1]) == spec
