@@ -111,6 +111,9 @@ class RunConfig:
     backend: str = "specbench"
     vllm_python: str | None = None
     vllm_startup_s: int = 900  # the longest a server may take to answer /health
+    # requests in flight at once, per arm (a serving engine's batch; run.backend=vllm): a
+    # sweep is a multirun, run.concurrency=1,4,16, one cell per level
+    concurrency: int = 1
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
@@ -225,6 +228,7 @@ def check_run(run: RunConfig) -> None:
         ),
         ("run.backend", run.backend, run.backend in BACKENDS, f"allowed: {', '.join(BACKENDS)}"),
         ("run.vllm_startup_s", run.vllm_startup_s, run.vllm_startup_s >= 1, "must be >= 1"),
+        ("run.concurrency", run.concurrency, run.concurrency >= 1, "must be an integer >= 1"),
     ]
     for key, value, ok, allowed in checks:
         if not ok:

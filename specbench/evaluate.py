@@ -1,11 +1,18 @@
 """The warm-up, then the loop over samples: per sample every arm (baseline, method, references; the
-order rotating, same seed), scoring, and one `Record` appended the moment the sample is done."""
+order rotating, same seed), scoring, and one `Record` appended the moment the sample is done.
+
+With `run.concurrency` c > 1 (a serving engine's arms) the samples go in waves of `WAVE * c`:
+each arm in turn decodes the whole wave with c requests in flight (the next sent as one ends, as
+a serving benchmark's client does), the arm leading each wave rotating, and the wave's records
+are appended when its last arm is done, so an interrupted run loses at most one wave.
+"""
 
 from __future__ import annotations
 
 import time
 import zlib
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -54,6 +61,7 @@ class Decoded:
     turns: list[Generation]
     prompts: list[list[int]]
     answers: list[str]
+    started_s: float = field(default_factory=time.time)
 
     def arm(self, quality: dict[str, float]) -> Arm:
         tokens = [t for g in self.turns for t in g.tokens]
@@ -66,6 +74,7 @@ class Decoded:
             emitted_per_call=[k for g in self.turns for k in g.emitted],
             text=self.answers[0] if len(self.answers) == 1 else self.answers,
             quality=quality,
+            started_s=self.started_s,
         )
 
     def prefix_at(self, index: int) -> list[int] | None:
@@ -161,25 +170,48 @@ def warm_up(job: Job, store: RunStore) -> float:
     return time.perf_counter() - started
 
 
+WAVE = 4  # a concurrent wave holds this many samples per request in flight
+
+
+def decode_wave(job: Job, decoder: Decoder, wave: list[Sample]) -> list[Decoded]:
+    """Every sample of the wave on one arm, `run.concurrency` requests in flight."""
+    if job.run.concurrency == 1:
+        return [decode(job, decoder, sample) for sample in wave]
+    pool = ThreadPoolExecutor(job.run.concurrency, thread_name_prefix="request")
+    try:
+        return list(pool.map(lambda sample: decode(job, decoder, sample), wave))
+    finally:  # on Ctrl-C the requests not yet sent are dropped; the servers' stop ends the rest
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
 def evaluate(job: Job, store: RunStore, mirror: WandbMirror) -> None:
     todo = [s for s in job.samples if s.id not in store.done]
     if not todo:
         return
     arms = running(job)
+    size = 1 if job.run.concurrency == 1 else WAVE * job.run.concurrency
+    waves = [todo[i : i + size] for i in range(0, len(todo), size)]
 
     bar = tqdm(
-        todo, desc="samples", unit="sample", disable=not job.run.progress, dynamic_ncols=True
+        total=len(todo),
+        desc="samples",
+        unit="sample",
+        disable=not job.run.progress,
+        dynamic_ncols=True,
     )
     tokens = seconds = calls = 0.0
     names = list(arms)
-    for k, sample in enumerate(bar):
+    for k, wave in enumerate(waves):
         interrupt.check()
         order = names[k % len(names) :] + names[: k % len(names)]  # each arm leads in turn
-        decoded = {name: decode(job, arms[name], sample) for name in order}
-        rec = record(job, sample, decoded)
-        store.append(rec)
-        mirror.log_sample(rec)
-        tokens += rec.method.new_tokens
-        seconds += rec.method.wall_s
-        calls += rec.method.target_calls
+        decoded = {name: decode_wave(job, arms[name], wave) for name in order}
+        for i, sample in enumerate(wave):
+            rec = record(job, sample, {name: runs[i] for name, runs in decoded.items()})
+            store.append(rec)
+            mirror.log_sample(rec)
+            tokens += rec.method.new_tokens
+            seconds += rec.method.wall_s
+            calls += rec.method.target_calls
+        bar.update(len(wave))
         bar.set_postfix(tok_s=f"{tokens / seconds:.1f}", tau=f"{tokens / calls:.2f}")
+    bar.close()

@@ -148,8 +148,15 @@ def validate(config: Config) -> Method:
 
 
 def _check_backend(config: Config, method: Method) -> None:
-    """vLLM runs the methods it implements, on their own (no reference or ceiling arms)."""
+    """vLLM runs the methods it implements, on their own (no reference or ceiling arms);
+    requests in flight together need its batching engine."""
     if config.run.backend != VLLM:
+        if config.run.concurrency > 1:
+            raise ConfigError(
+                "run.concurrency",
+                config.run.concurrency,
+                "needs run.backend=vllm (specbench's engine decodes one request at a time)",
+            )
         return
     if not method.runs_on_vllm:
         runs = ", ".join(name for name in METHODS if METHODS[name].runs_on_vllm)

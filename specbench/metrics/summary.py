@@ -17,6 +17,8 @@ from collections import Counter
 from statistics import mean
 from typing import Any
 
+import numpy as np
+
 from specbench.results.record import Arm, Record
 from specbench.results.summary import CEILING, Metrics, Versus
 
@@ -71,12 +73,36 @@ def _quality_means(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: mean(row[k] for row in rows if k in row) for k in names}
 
 
+def busy_seconds(arms: list[Arm]) -> float:
+    """The seconds at least one of the arm's requests was in flight: the union of their
+    intervals (the sum of their walls where a record has no start time)."""
+    if any(a.started_s is None for a in arms):
+        return sum(a.wall_s for a in arms)
+    busy, end = 0.0, -np.inf
+    for start, stop in sorted((a.started_s, a.started_s + a.wall_s) for a in arms):
+        busy += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+    return busy
+
+
+def latency_percentiles(arms: list[Arm]) -> dict[str, float | None]:
+    """TTFT and TPOT per request at the 50th, 90th and 99th percentiles, in ms."""
+    ttft = [a.ttft_s for a in arms]
+    tpot = [a.decode_s / (a.new_tokens - 1) for a in arms if a.new_tokens > 1]
+    out: dict[str, float | None] = {}
+    for name, values in (("ttft", ttft), ("tpot", tpot)):
+        for q in (50, 90, 99):
+            out[f"{name}_p{q}_ms"] = 1000 * float(np.percentile(values, q)) if values else None
+    return out
+
+
 def arm_metrics(arms: list[Arm]) -> dict[str, Any]:
     """Speed and cost of one arm over the samples."""
     new = sum(a.new_tokens for a in arms)
     calls = sum(a.target_calls for a in arms)
     return {
         "tok_s": _ratio(new, sum(a.wall_s for a in arms)),
+        "throughput_tok_s": _ratio(new, busy_seconds(arms)),
         "nfe": calls / len(arms),
         "tpf": _ratio(new, calls),
         "positions_per_call": _ratio(sum(a.target_positions for a in arms), calls),
@@ -93,12 +119,13 @@ def tpot_dflash(arm: Arm) -> float:
 def versus(records: list[Record], others: list[Arm], greedy: bool) -> Versus:
     """The method arm against another arm on the same samples."""
     mine, theirs = [r.method for r in records], arm_metrics(others)
-    tok_s = arm_metrics(mine)["tok_s"]
+    speed = arm_metrics(mine)
     nfe = mean(a.target_calls for a in mine)
     equal = [r.method.output_ids == o.output_ids for r, o in zip(records, others)]
     return Versus(
         **theirs,
-        speedup=_ratio(tok_s, theirs["tok_s"]),
+        speedup=_ratio(speed["tok_s"], theirs["tok_s"]),
+        throughput_speedup=_ratio(speed["throughput_tok_s"], theirs["throughput_tok_s"]),
         speedup_specbench=_ratio(mean(a.tok_s for a in mine), mean(a.tok_s for a in others)),
         speedup_dflash=_ratio(mean(map(tpot_dflash, others)), mean(map(tpot_dflash, mine))),
         nfe_reduction=_ratio(theirs["nfe"], nfe),
@@ -175,6 +202,9 @@ def summarize(
         verify_share=_ratio(sum(r.verify_s for r in records), wall),
         ttft_ms=1000 * mean(a.ttft_s for a in arms),
         tpot_ms=_ratio(1000 * sum(a.decode_s for a in arms), decode_tokens),
+        throughput_tok_s=mine["throughput_tok_s"],
+        in_flight=_ratio(wall, busy_seconds(arms)),
+        **latency_percentiles(arms),
         quality=mine["quality"],
         **(_against_baseline(records, greedy) if all(r.baseline for r in records) else {}),
         vs=vs,
@@ -193,6 +223,8 @@ def _against_baseline(records: list[Record], greedy: bool) -> dict[str, Any]:
     return {
         "baseline_tok_s": base.tok_s,
         "speedup": base.speedup,
+        "baseline_throughput_tok_s": base.throughput_tok_s,
+        "throughput_speedup": base.throughput_speedup,
         "speedup_specbench": base.speedup_specbench,
         "speedup_dflash": base.speedup_dflash,
         "baseline_quality": base.quality,

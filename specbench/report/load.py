@@ -78,15 +78,16 @@ def _row(run_dir: Path, summary: Summary, config: dict) -> dict:
 
 def display(row: dict) -> str:
     """The method's label, then target and drafter (and a sampling temperature, the engine
-    when it is not the default eager one or the backend when not specbench's, and the
-    workload's tags: chat, think, sys)."""
+    when it is not the default eager one or the backend when not specbench's, with its
+    requests in flight above one, and the workload's tags: chat, think, sys)."""
     models = (
         row["target"] if row["drafter"] in (None, "none") else f"{row['target']}/{row['drafter']}"
     )
     temperature = f" t{row['temperature']:g}" if row["temperature"] else ""
     engine = f" [{row['run.engine']}]" if row.get("run.engine", "eager") != "eager" else ""
     if row.get("run.backend", "specbench") != "specbench":  # another engine runs every arm
-        engine = f" [{row['run.backend']}]"
+        concurrency = row.get("run.concurrency", 1)
+        engine = f" [{row['run.backend']}{f' c{concurrency}' if concurrency > 1 else ''}]"
     workload = f" ({row['workload']})" if row.get("workload") else ""
     return f"{row['label']} · {models}{temperature}{engine}{workload}"
 

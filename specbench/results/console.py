@@ -49,6 +49,19 @@ def _acceptance_line(summary: Summary) -> str:
     return line
 
 
+def _serving_line(summary: Summary) -> str:
+    """Requests in flight together: throughput beside the baseline's, and latency percentiles."""
+    base = summary.baseline_throughput_tok_s
+    versus = "" if base is None else f" (baseline {base:.1f}, {summary.throughput_speedup:.2f}x)"
+    ttft = "/".join(_fmt(getattr(summary, f"ttft_p{q}_ms"), ".0f") for q in (50, 90, 99))
+    tpot = "/".join(_fmt(getattr(summary, f"tpot_p{q}_ms"), ".1f") for q in (50, 90, 99))
+    return (
+        f"serving: {summary.throughput_tok_s:.1f} tok/s in all{versus}, "
+        f"{summary.in_flight:.1f} requests in flight on average; ms p50/p90/p99: "
+        f"TTFT {ttft}, TPOT {tpot}"
+    )
+
+
 def print_summary(summary: Summary, run_dir: Any) -> None:
     table = Table(title=f"{summary.run_id}  ({summary.label})")
     for col in ("", *COLUMNS):
@@ -88,6 +101,8 @@ def print_summary(summary: Summary, run_dir: Any) -> None:
             f"vs {name.replace('_', ' ')}: speedup {_fmt(other.speedup, '.2f')}, "
             f"NFE reduction {_fmt(other.nfe_reduction, '.2f')}, its TPF {_fmt(other.tpf, '.2f')}"
         )
+    if summary.in_flight is not None and summary.in_flight > 1:
+        console.print(_serving_line(summary))
     if summary.predicted_speedup is not None:
         flag = "  [bold red]gap above 10%[/bold red]" if summary.prediction_flag else ""
         console.print(

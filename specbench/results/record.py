@@ -43,6 +43,9 @@ class Arm:
     emitted_per_call: list[int]  # tokens each target forward committed
     text: str | list[str]  # the scored answer (one per turn)
     quality: dict[str, float]
+    # Unix time the first turn was sent: with requests in flight together (run.concurrency)
+    # throughput needs when each ran, not only how long (None in records written before it)
+    started_s: float | None = None
 
     @property
     def new_tokens(self) -> int:

@@ -31,6 +31,9 @@ class Versus:
     speedup: float | None  # pooled tokens over pooled seconds, the method's over this arm's
     speedup_specbench: float | None  # Spec-Bench's mean per-sample speed ratio
     speedup_dflash: float | None = None  # the dflash benchmark's decode-time ratio
+    # tokens over the seconds any request was in flight (`throughput_tok_s`), and the ratio
+    throughput_tok_s: float | None = None
+    throughput_speedup: float | None = None
     nfe_reduction: float | None
     identical_rate: float | None  # token equality with this arm; greedy runs only
 
@@ -63,10 +66,24 @@ class Metrics:
     verify_share: float | None = None  # of wall time, in separately timed verifications
     ttft_ms: float | None = None
     tpot_ms: float | None = None
+    # serving: output tokens over the seconds at least one request was in flight (at
+    # run.concurrency 1 it is tok_s; above, tok_s is the per-user rate), the mean number in
+    # flight over those seconds, and per-request latency percentiles (TPOT: time after the
+    # first token over the tokens after it, as vLLM's `bench serve` has it)
+    throughput_tok_s: float | None = None
+    in_flight: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p90_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p90_ms: float | None = None
+    tpot_p99_ms: float | None = None
     quality: dict[str, float] = field(default_factory=dict)
     # the method against the baseline arm (absent without one)
     baseline_tok_s: float | None = None
     speedup: float | None = None
+    baseline_throughput_tok_s: float | None = None
+    throughput_speedup: float | None = None  # throughput over the baseline's (concurrent runs)
     speedup_specbench: float | None = None
     speedup_dflash: float | None = None
     baseline_quality: dict[str, float] | None = None
