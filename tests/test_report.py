@@ -268,6 +268,13 @@ def read_fronts(path: Path) -> dict[str, set[str]]:
     return fronts
 
 
+def read_curve(path: Path) -> dict[tuple[str, str], str]:
+    """A curve's table as {(x, series): y}."""
+    rows = [line.strip("| ").split(" | ") for line in path.read_text().splitlines()[2:]]
+    header, body = rows[0], rows[2:]
+    return {(r[0], name): value for r in body for name, value in zip(header[1:], r[1:])}
+
+
 def undominated(cells: pd.DataFrame, speed: str, quality: str, higher: bool) -> set[str]:
     """The front by its definition, pair by pair."""
     sign = 1 if higher else -1
@@ -308,6 +315,12 @@ def test_every_experiment_spec_rebuilds_from_fixture_runs(tmp_path: Path) -> Non
             assert per_task.with_suffix(".png").stat().st_size > 10_000
             continue
         assert out.with_suffix(".png").stat().st_size > 10_000 and out.with_suffix(".pdf").exists()
+        if spec["kind"] == "curve":  # each cell's y at its x, in the table beside the figure
+            shown = read_curve(out.with_suffix(".md"))
+            for _, row in cells.iterrows():
+                want = f"{row[spec['y']]:.3g}"
+                assert shown[(f"{row[spec['x']]:g}", row["method"])] == want
+            continue
         if spec["kind"] != "pareto":
             csv = pd.read_csv(out.with_suffix(".csv"), index_col=0)
             for _, row in cells.iterrows():
@@ -371,3 +384,16 @@ def test_a_groups_aup_reads_shares_as_percent_against_the_best_accuracy_shown() 
     expected = 1.0 * 50 + 0.5 * (2.0 - 1.0) * (48 * math.exp(-3 * (1 - 48 / 50)) + 50)
     assert frame.loc["policy", "aup"] == pytest.approx(expected)
     assert "| policy | 2 | 1.00-2.00 | " in aup.markdown(frame, "t", "prefix_match")
+
+
+def test_a_vllm_cell_names_its_backend_and_requests_in_flight(tmp_path: Path) -> None:
+    """The same SpS config on both backends and at two concurrencies: four rows, never one."""
+    sps = {"method": "sps", "method.gamma": 4}
+    for extra in ({}, {"run.backend": "vllm"}, {"run.backend": "vllm", "run.concurrency": 4}):
+        write_run(tmp_path, {**sps, **extra}, [record(0, 10, 1.0, 4, 2.0, 0.5)])
+    frame, _ = leaderboard.table(load_runs(tmp_path), "tiny_code")
+    assert sorted(frame.index) == [
+        "sps γ4 · tiny/tiny-ar",
+        "sps γ4 · tiny/tiny-ar [vllm c4]",
+        "sps γ4 · tiny/tiny-ar [vllm]",
+    ]

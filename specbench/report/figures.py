@@ -1,7 +1,8 @@
 """Every figure and table in experiments/ rebuilt from stored runs, without running a model.
 
 A spec (experiments/<name>.yaml) names its kind (`leaderboard`, `pareto`, `frontier`,
-`acceptance`: histograms and per-position rates, or `headline`: the README's table, written
+`acceptance`: histograms and per-position rates, `curve`: a column `y` against a column `x`, a
+line per `series`, with the leaderboard beside it, or `headline`: the README's table, written
 between its `<!-- headline:start/end -->` markers), its task and axes (`speed`; `quality`, a
 metric of the task, or `y` and `higher`, any column of the runs table; `aup`: an accuracy
 metric whose AUP, d3LLM's, each group's curve gets), the cells it needs (each entry a filter;
@@ -20,7 +21,7 @@ import pandas as pd
 import yaml
 
 from specbench import paths
-from specbench.report import acceptance, aup, leaderboard, pareto
+from specbench.report import acceptance, aup, curves, leaderboard, pareto
 from specbench.report.load import higher_is_better, load_runs
 
 
@@ -76,6 +77,8 @@ def build(spec: dict, runs: pd.DataFrame, out: Path) -> list[Path]:
     cells = cells.drop_duplicates("run_id")
     if spec["kind"] == "acceptance":
         return acceptance.write(cells, out, spec["name"])
+    if spec["kind"] == "curve":
+        return leaderboard.write(cells, out, spec["name"]) + curves.plot(cells, spec, out)
     quality, higher = second_axis(spec)
     target = out / spec["name"]
     if spec["kind"] == "headline":
@@ -90,11 +93,11 @@ def build(spec: dict, runs: pd.DataFrame, out: Path) -> list[Path]:
         written, groups = [], {"cells": cells}
     notes = None
     if "aup" in spec:  # each group's accuracy-parallelism curve in one number (report/aup.py)
-        curves = aup.curves(groups, spec["aup"])
+        aup_curves = aup.curves(groups, spec["aup"])
         listing = out / f"{spec['name']}-aup.md"
-        listing.write_text(aup.markdown(curves, spec["name"], spec["aup"]))
+        listing.write_text(aup.markdown(aup_curves, spec["name"], spec["aup"]))
         written.append(listing)
-        notes = {g: f" (AUP {v:.0f})" for g, v in curves["aup"].items() if v is not None}
+        notes = {g: f" (AUP {v:.0f})" for g, v in aup_curves["aup"].items() if v is not None}
     return written + pareto.plot(
         groups, spec["speed"], quality, higher, spec["name"], target, notes
     )

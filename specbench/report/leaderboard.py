@@ -23,17 +23,24 @@ SPEED = {
 }
 # each further arm's comparison (e.g. PSD and Spiffy against one token per step)
 VERSUS = {"speedup": True, "nfe_reduction": True}
+# where requests ran together (a serving engine's run.concurrency): `speedup` is then per user
+SERVING = {"throughput_speedup": True}
 
 
 def speed_columns(rows: pd.DataFrame) -> dict[str, bool]:
     """The speed columns these rows have a value in, with direction (True = higher is
-    better)."""
+    better); the serving columns where some row ran requests together."""
     versus = {
         c: VERSUS[c.rsplit(".", 1)[1]]
         for c in rows.columns
         if c.startswith("vs.") and c.rsplit(".", 1)[1] in VERSUS and rows[c].notna().any()
     }
-    present = {c: d for c, d in {**SPEED, **versus}.items() if c in rows.columns}
+    together = "in_flight" in rows.columns and (rows["in_flight"] > 1).any()
+    present = {
+        c: d
+        for c, d in {**SPEED, **(SERVING if together else {}), **versus}.items()
+        if c in rows.columns
+    }
     return {c: d for c, d in present.items() if rows[c].notna().any()}
 
 
