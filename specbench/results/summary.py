@@ -107,6 +107,9 @@ class Metrics:
         return cls(**_owned(cls, row))
 
 
+# `in_flight` above this: the requests overlapped (one at a time it is 1 up to rounding)
+TOGETHER = 1.01
+
 CEILING = "oracle"  # the reference arm `run.oracle` adds: the method with a perfect drafter
 
 
