@@ -82,6 +82,35 @@ def test_sps_in_vllm_decodes_and_accepts_as_specbench_does(tmp_path: Path) -> No
     assert not servers()
 
 
+def test_pld_in_vllm_drafts_and_decodes_as_specbench_does(tmp_path: Path) -> None:
+    """Greedy PLD (vLLM's ngram proposer, gamma 4, n-grams 1-3): the same tokens on both
+    backends, and acceptance per round within 2% (the lookup is vLLM's, tests/test_pld.py)."""
+    pld = ["method=pld", "method.gamma=4"]
+    ours, our_records = run_cell(tmp_path, *pld)
+    theirs, their_records = run_cell(tmp_path, *pld, "run.backend=vllm")
+    assert theirs.lossless_rate == ours.lossless_rate == 1.0
+    for mine, served in zip(our_records, their_records):
+        assert served.method.output_ids == mine.method.output_ids
+    assert ours.accepted > 0
+    assert theirs.accepted_per_round == pytest.approx(ours.accepted_per_round, rel=0.02)
+
+
+def test_requests_in_flight_together_are_each_decoded_and_recorded_once(tmp_path: Path) -> None:
+    """Plain decoding at 4 requests in flight: 8 samples, each recorded once with the tokens
+    one request at a time decodes, the requests overlapping (more than 2 in flight on average,
+    so throughput over busy seconds exceeds the per-user rate), and the level in the name."""
+    served, served_records = run_cell(
+        tmp_path, "method=ar", "run.limit=8", "run.backend=vllm", "run.concurrency=4"
+    )
+    alone, alone_records = run_cell(tmp_path, "method=ar", "run.limit=8")
+    assert [r.id for r in served_records] == [r.id for r in alone_records]
+    for mine, theirs in zip(alone_records, served_records):
+        assert theirs.method.output_ids == mine.method.output_ids
+    assert served.in_flight > 2 and served.throughput_tok_s > served.tok_s
+    assert "ar · tiny [vllm c4]" in set(load_runs(tmp_path)["cell"])
+    assert not servers()
+
+
 def test_an_interrupted_vllm_run_leaves_no_server(tmp_path: Path) -> None:
     """Ctrl-C once the servers answer: one line, exit 130, and every server is gone."""
     run = subprocess.Popen(ar_in_vllm(tmp_path), stderr=subprocess.PIPE, text=True)
