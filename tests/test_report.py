@@ -18,7 +18,7 @@ from specbench import paths
 from specbench.decoding.warp import Warp
 from specbench.metrics.summary import summarize
 from specbench.registry import METHODS, discover
-from specbench.report import acceptance, aup, cli, figures, leaderboard
+from specbench.report import acceptance, agreement, aup, cli, figures, leaderboard
 from specbench.report.load import higher_is_better, load_runs
 from specbench.report.pareto import pareto_front
 from specbench.results.record import Record
@@ -397,3 +397,30 @@ def test_a_vllm_cell_names_its_backend_and_requests_in_flight(tmp_path: Path) ->
         "sps γ4 · tiny/tiny-ar [vllm c4]",
         "sps γ4 · tiny/tiny-ar [vllm]",
     ]
+
+
+def test_agreement_pairs_a_cell_across_backends_sample_by_sample(tmp_path: Path) -> None:
+    """SpS on both backends over 4 samples, vLLM's method tokens differing on one at index 3
+    and its rounds accepting 1.1 per round against 1.0: identical 0.75, gap +10%; a third
+    config run on one backend only is not paired."""
+
+    def rounds(accepted: list[int], **changes) -> dict:
+        rec = {**record(0, 10, 1.0, 4, 2.0, 0.5), **changes}
+        return {**rec, "drafted_per_round": [4] * len(accepted), "accepted_per_round": accepted}
+
+    ours = [{**rounds([1] * 10), "id": str(i)} for i in range(4)]
+    theirs = [{**rounds([1] * 9 + [2]), "id": str(i)} for i in range(4)]
+    theirs[2]["method"] = {**theirs[2]["method"], "output_ids": [0, 1, 2, 9, 4, 5, 6, 7, 8, 9]}
+    sps = {"method": "sps", "method.gamma": 4}
+    write_run(tmp_path, {**sps, "run.backend": "specbench"}, ours)
+    write_run(tmp_path, {**sps, "run.backend": "vllm"}, theirs)
+    write_run(tmp_path, {**sps, "method.gamma": 2, "run.backend": "vllm"}, theirs)
+    frame = agreement.table(load_runs(tmp_path))
+    assert len(frame) == 1
+    row = frame.iloc[0]
+    assert (row["backend"], row["n"], row["identical_rate"]) == ("vllm", 4, 0.75)
+    assert row["first_divergences"] == [3] and row["baseline_identical_rate"] == 1.0
+    assert row["accepted_gap"] == pytest.approx(0.1)
+    assert "| sps γ4 · tiny/tiny-ar | vllm | 4 | 0.75 | 1.00 | 1.000 | 1.100 | +10.0% |" in (
+        agreement.markdown(frame)
+    )

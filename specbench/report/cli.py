@@ -3,6 +3,7 @@
 specbench-report --results results --out results/tables leaderboard   # also printed
 specbench-report pareto --task tiny_code --quality nll
 specbench-report acceptance             # histograms and per-position acceptance per cell
+specbench-report agreement              # cells run on two backends (specbench's, vLLM), compared
 specbench-report figures                # every spec in experiments/ and the README's headline
                                         # table (also `make figures`)
 """
@@ -80,6 +81,9 @@ def run(argv: list[str] | None) -> int:
     sub.add_parser(
         "acceptance", help="per cell and category: tau, rate, histogram, per-position rates"
     )
+    sub.add_parser(
+        "agreement", help="cells run on two backends: same tokens, acceptance and speedup"
+    )
     f = sub.add_parser("figures", help="every spec in experiments/, from stored results only")
     f.add_argument("--specs", default=str(paths.EXPERIMENTS_DIR))
     args = parser.parse_args(argv)
@@ -111,6 +115,11 @@ def run(argv: list[str] | None) -> int:
 
             written = leaderboard.write(runs, out)
             print(written[0].read_text())  # the Markdown tables, on the terminal too
+        elif args.command == "agreement":
+            from specbench.report import agreement
+
+            written = agreement.write(runs, out)
+            print(written[0].read_text())
         elif args.command == "acceptance":
             from specbench.report import acceptance
 
