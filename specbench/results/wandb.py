@@ -44,6 +44,8 @@ class WandbMirror:
             dir=str(store.run_dir),
             config=config,
             reinit="finish_previous",
+            # no system monitor: it samples the machine during the timed decodes
+            settings=wandb.Settings(x_disable_stats=True),
         )
 
     def log_sample(self, record: Record) -> None:
