@@ -19,6 +19,15 @@ def test_steps_vllm_drafted_nothing_for_are_rounds_of_no_draft() -> None:
     assert out.target_calls == 5 and sum(out.emitted) == 7
 
 
+def test_what_vllm_accepted_past_the_output_is_not_counted() -> None:
+    """Five tokens kept: the prefill's, a step of 3, and of the next step (4 accepted past
+    max_tokens) only its first token, with nothing accepted; a third step is dropped."""
+    spec = {"per_step_drafted": [4, 4, 4], "per_step_accepted": [2, 4, 4]}
+    out = counted(list(range(5)), 1.0, 0.1, [9], spec)
+    assert out.draft_lengths == [4, 4] and out.accepted == [2, 0]
+    assert out.emitted == [1, 3, 1] and out.target_calls == 3
+
+
 def test_a_speculative_server_gets_room_for_two_rounds_of_drafts() -> None:
     """vLLM verifies drafts of token 0 once a sequence and two rounds of drafts pass
     --max-model-len, so a drafting server is given that room."""

@@ -243,11 +243,7 @@ def counted(
             emitted=emitted,
             positions=len(prompt_ids) + len(tokens),
         )
-    drafted, accepted = spec["per_step_drafted"], spec["per_step_accepted"]
-    # steps vLLM drafted nothing for (ngram without a match) are not in its record: they are
-    # rounds of no draft here, as in specbench's engine, placed last (vLLM gives no order)
-    plain = max(0, len(tokens) - 1 - sum(a + 1 for a in accepted))
-    drafted, accepted = drafted + [0] * plain, accepted + [0] * plain
+    drafted, accepted = kept_steps(tokens, spec["per_step_drafted"], spec["per_step_accepted"])
     return Generation(
         tokens,
         wall,
@@ -258,6 +254,25 @@ def counted(
         emitted=[1] + [a + 1 for a in accepted],
         positions=len(prompt_ids) + sum(d + 1 for d in drafted),
     )
+
+
+def kept_steps(
+    tokens: list[int], drafted: list[int], accepted: list[int]
+) -> tuple[list[int], list[int]]:
+    """vLLM's steps, counting only the tokens the output kept: past max_tokens (or a stop) it
+    still drafts and accepts, then cuts the output, so a step's acceptance is clipped to what
+    remains and later steps dropped. Steps vLLM drafted nothing for (ngram without a match)
+    are not in its record: the tokens left over are rounds of no draft, as in specbench's
+    engine, placed last (vLLM gives no order)."""
+    left = len(tokens) - 1  # after the prefill's token
+    kept_drafted, kept_accepted = [], []
+    for d, a in zip(drafted, accepted):
+        if left <= 0:
+            break
+        kept_drafted.append(d)
+        kept_accepted.append(min(a, left - 1))
+        left -= kept_accepted[-1] + 1
+    return kept_drafted + [0] * left, kept_accepted + [0] * left
 
 
 def server_args(
