@@ -192,26 +192,26 @@ def evaluate(job: Job, store: RunStore, mirror: WandbMirror) -> None:
     size = 1 if job.run.concurrency == 1 else WAVE * job.run.concurrency
     waves = [todo[i : i + size] for i in range(0, len(todo), size)]
 
-    bar = tqdm(
+    tokens = seconds = calls = 0.0
+    names = list(arms)
+    # closed as an interrupt leaves, so the bar's last line comes before the one saying so
+    with tqdm(
         total=len(todo),
         desc="samples",
         unit="sample",
         disable=not job.run.progress,
         dynamic_ncols=True,
-    )
-    tokens = seconds = calls = 0.0
-    names = list(arms)
-    for k, wave in enumerate(waves):
-        interrupt.check()
-        order = names[k % len(names) :] + names[: k % len(names)]  # each arm leads in turn
-        decoded = {name: decode_wave(job, arms[name], wave) for name in order}
-        for i, sample in enumerate(wave):
-            rec = record(job, sample, {name: runs[i] for name, runs in decoded.items()})
-            store.append(rec)
-            mirror.log_sample(rec)
-            tokens += rec.method.new_tokens
-            seconds += rec.method.wall_s
-            calls += rec.method.target_calls
-        bar.update(len(wave))
-        bar.set_postfix(tok_s=f"{tokens / seconds:.1f}", tau=f"{tokens / calls:.2f}")
-    bar.close()
+    ) as bar:
+        for k, wave in enumerate(waves):
+            interrupt.check()
+            order = names[k % len(names) :] + names[: k % len(names)]  # each arm leads in turn
+            decoded = {name: decode_wave(job, arms[name], wave) for name in order}
+            for i, sample in enumerate(wave):
+                rec = record(job, sample, {name: runs[i] for name, runs in decoded.items()})
+                store.append(rec)
+                mirror.log_sample(rec)
+                tokens += rec.method.new_tokens
+                seconds += rec.method.wall_s
+                calls += rec.method.target_calls
+            bar.update(len(wave))
+            bar.set_postfix(tok_s=f"{tokens / seconds:.1f}", tau=f"{tokens / calls:.2f}")
