@@ -39,3 +39,16 @@ def portable(value: Any) -> Any:
             if value.startswith(prefix):
                 return f"${{{resolver}:{value[len(prefix) :]}}}"
     return value
+
+
+def in_repo(value: Any) -> Any:
+    """`value` with this checkout's root taken out of every string, also inside one (a JSON
+    argument): a path under the repository is written relative to it, so a stored file names
+    no developer's directory."""
+    if isinstance(value, dict):
+        return {k: in_repo(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [in_repo(v) for v in value]
+    if isinstance(value, str):
+        return value.replace(f"{REPO_ROOT}{os.sep}", "")
+    return value

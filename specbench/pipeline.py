@@ -405,13 +405,15 @@ def vllm_arms(plan: Plan, servers: ExitStack) -> tuple[Any, Arms, dict[str, Any]
         method.warp,
     )
     server = decoder.server
-    engine = {
-        "name": VLLM,
-        "python": python,
-        "version": server.version(),
-        "args": server.args,
-        "env": vllm.preload(python),
-    }
+    engine = paths.in_repo(
+        {
+            "name": VLLM,
+            "python": python,
+            "version": server.version(),
+            "args": server.args,
+            "env": vllm.preload(python),
+        }
+    )
     return target, Arms(decoder, baseline, {}), engine
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from specbench import paths
 from specbench.config import ModelConfig
 from specbench.serving.vllm import counted, preload, server_args
 
@@ -57,3 +58,19 @@ def test_intel_openmp_is_preloaded_from_the_vllm_environment_that_has_it(
     library.parent.mkdir()
     library.touch()
     assert preload(str(python)) == {"LD_PRELOAD": f"{library}:/opt/libother.so"}
+
+
+def test_the_engine_description_names_no_directory_of_this_checkout() -> None:
+    """The vLLM python, the preloaded library and a drafter path inside a JSON argument all
+    come out relative to the repository; a path outside it is kept."""
+    root = paths.REPO_ROOT
+    engine = {
+        "python": f"{root}/.venv-vllm/bin/python",
+        "args": ["--speculative-config", json.dumps({"model": f"{root}/models/tiny-ar"})],
+        "env": {"LD_PRELOAD": "/opt/lib/libiomp5.so"},
+    }
+    assert paths.in_repo(engine) == {
+        "python": ".venv-vllm/bin/python",
+        "args": ["--speculative-config", json.dumps({"model": "models/tiny-ar"})],
+        "env": {"LD_PRELOAD": "/opt/lib/libiomp5.so"},
+    }
