@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from specbench.report.load import marker  # noqa: E402
+from specbench.report.pareto import save  # noqa: E402
 
 
 def series_of(cells: pd.DataFrame, keys: list[str]) -> dict[str, pd.DataFrame]:
@@ -58,9 +59,4 @@ def plot(cells: pd.DataFrame, spec: dict, out: Path) -> list[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     listing = target.with_suffix(".md")
     listing.write_text(table(lines, x, y))
-    paths = [target.with_suffix(".png"), target.with_suffix(".pdf")]
-    for path in paths:  # no creation date: a rebuilt figure from the same runs is the same file
-        metadata = {"CreationDate": None} if path.suffix == ".pdf" else {}
-        fig.savefig(path, dpi=150, bbox_inches="tight", metadata=metadata)
-    plt.close(fig)
-    return [*paths, listing]
+    return [*save(fig, target), listing]

@@ -100,9 +100,15 @@ def plot(
     out.parent.mkdir(parents=True, exist_ok=True)
     listing = out.with_name(f"{out.name}-front.md")
     listing.write_text(fronts_markdown(fronts, speed, quality))
+    return [*save(fig, out), listing]
+
+
+def save(fig: plt.Figure, out: Path) -> list[Path]:
+    """The figure as `out`.png and .pdf, then closed. No creation date: a figure rebuilt
+    from the same runs is the same file."""
     paths = [out.with_suffix(".png"), out.with_suffix(".pdf")]
-    for path in paths:  # no creation date: a rebuilt figure from the same runs is the same file
+    for path in paths:
         metadata = {"CreationDate": None} if path.suffix == ".pdf" else {}
         fig.savefig(path, dpi=150, bbox_inches="tight", metadata=metadata)
     plt.close(fig)
-    return [*paths, listing]
+    return paths
