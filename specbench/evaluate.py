@@ -22,7 +22,7 @@ from specbench import interrupt
 from specbench.decoding.generation import Decoder, Generation, Stop
 from specbench.method import Method
 from specbench.metrics.summary import first_divergence
-from specbench.results.record import Arm, Record, tie_tolerance
+from specbench.results.record import Arm, Record, tie_tolerance, ulp
 from specbench.results.store import RunStore
 from specbench.results.wandb import WandbMirror
 from specbench.tasks.base import Sample, Task
@@ -35,6 +35,9 @@ class Arms:
     method: Decoder
     baseline: Decoder | None
     references: dict[str, Decoder | None]
+    # arms of another engine (vLLM), greedy: each output's top-2 gaps by specbench's target,
+    # for the agreement between backends (`Arm.top2_ulps`)
+    measure_ties: bool = False
 
 
 @dataclass
@@ -137,7 +140,23 @@ def record(job: Job, sample: Sample, decoded: dict[str, Decoded]) -> Record:
         rec.first_divergence = first_divergence(rec.method.output_ids, rec.baseline.output_ids)
         if rec.first_divergence is not None:
             rec.divergence_gap, rec.tie_flip = divergence_gap(job, base, rec.first_divergence)
+    if job.arms.measure_ties:
+        rec.method.top2_ulps = top2_ulps(job.target, mine)
+        if rec.baseline:
+            rec.baseline.top2_ulps = top2_ulps(job.target, decoded["baseline"])
     return rec
+
+
+def top2_ulps(target: Any, decoded: Decoded) -> list[float]:
+    """The target's top-2 logit gap before each of the arm's output tokens, in units in the
+    last place (outside every timer): where another engine's tokens and specbench's part, how
+    close the target's choice was there."""
+    gaps = []
+    for prompt, turn in zip(decoded.prompts, decoded.turns):
+        if turn.tokens:
+            top2, dtype = target.top2_along(prompt, turn.tokens)
+            gaps += [round((a - b) / ulp(dtype, a), 2) for a, b in top2]
+    return gaps
 
 
 def divergence_gap(job: Job, base: Decoded, index: int) -> tuple[float | None, bool | None]:

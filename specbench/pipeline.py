@@ -414,7 +414,7 @@ def vllm_arms(plan: Plan, servers: ExitStack) -> tuple[Any, Arms, dict[str, Any]
             "env": vllm.preload(python),
         }
     )
-    return target, Arms(decoder, baseline, {}), engine
+    return target, Arms(decoder, baseline, {}, measure_ties=method.warp.greedy), engine
 
 
 def vllm_drafter(config: Config, method: Method) -> str | None:

@@ -401,8 +401,9 @@ def test_a_vllm_cell_names_its_backend_and_requests_in_flight(tmp_path: Path) ->
 
 def test_agreement_pairs_a_cell_across_backends_sample_by_sample(tmp_path: Path) -> None:
     """SpS on both backends over 4 samples, vLLM's method tokens differing on one at index 3
-    and its rounds accepting 1.1 per round against 1.0: identical 0.75, gap +10%; a third
-    config run on one backend only is not paired."""
+    (where the target's top-2 gap is 2 ulps: a tie) and its baseline's on another at index 5
+    (40 ulps: not one), its rounds accepting 1.1 per round against 1.0: identical 0.75, gap
+    +10%; a third config run on one backend only is not paired."""
 
     def rounds(accepted: list[int], **changes) -> dict:
         rec = {**record(0, 10, 1.0, 4, 2.0, 0.5), **changes}
@@ -410,7 +411,17 @@ def test_agreement_pairs_a_cell_across_backends_sample_by_sample(tmp_path: Path)
 
     ours = [{**rounds([1] * 10), "id": str(i)} for i in range(4)]
     theirs = [{**rounds([1] * 9 + [2]), "id": str(i)} for i in range(4)]
-    theirs[2]["method"] = {**theirs[2]["method"], "output_ids": [0, 1, 2, 9, 4, 5, 6, 7, 8, 9]}
+    gaps = [100.0, 50.0, 9.0, 2.0, 30.0, 40.0, 7.0, 8.0, 9.0, 10.0]
+    theirs[2]["method"] = {
+        **theirs[2]["method"],
+        "output_ids": [0, 1, 2, 9, 4, 5, 6, 7, 8, 9],
+        "top2_ulps": gaps,
+    }
+    theirs[1]["baseline"] = {
+        **theirs[1]["baseline"],
+        "output_ids": [0, 1, 2, 3, 4, 0, 6, 7, 8, 9],
+        "top2_ulps": gaps,
+    }
     sps = {"method": "sps", "method.gamma": 4}
     write_run(tmp_path, {**sps, "run.backend": "specbench"}, ours)
     write_run(tmp_path, {**sps, "run.backend": "vllm"}, theirs)
@@ -419,8 +430,10 @@ def test_agreement_pairs_a_cell_across_backends_sample_by_sample(tmp_path: Path)
     assert len(frame) == 1
     row = frame.iloc[0]
     assert (row["backend"], row["n"], row["identical_rate"]) == ("vllm", 4, 0.75)
-    assert row["first_divergences"] == [3] and row["baseline_identical_rate"] == 1.0
+    assert row["first_divergences"] == [3] and row["divergence_ulps"] == [2.0]
+    assert row["baseline_identical_rate"] == 0.75 and row["baseline_divergence_ulps"] == [40.0]
+    assert (row["ties"], row["baseline_ties"]) == (1, 0)
     assert row["accepted_gap"] == pytest.approx(0.1)
-    assert "| sps γ4 · tiny/tiny-ar | vllm | 4 | 0.75 | 1.00 | 1.000 | 1.100 | +10.0% |" in (
+    assert "| vllm | 4 | 0.75 | 1/1 | 0.75 | 0/1 | 1.000 | 1.100 | +10.0% |" in (
         agreement.markdown(frame)
     )

@@ -73,6 +73,8 @@ def test_sps_in_vllm_decodes_and_accepts_as_specbench_does(tmp_path: Path) -> No
     for mine, served in zip(our_records, their_records):
         assert served.method.output_ids == mine.method.output_ids
         assert served.baseline.output_ids == mine.baseline.output_ids
+        assert len(served.method.top2_ulps) == len(served.method.output_ids)
+        assert mine.method.top2_ulps is None  # specbench's own cells need no gaps of their own
     assert theirs.accepted_per_round == pytest.approx(ours.accepted_per_round, rel=0.02)
     # vLLM's prefill emits its first token undrafted, specbench's first round verifies a draft
     # with the prompt: rounds fall a token apart, so the histograms agree in shape, not count

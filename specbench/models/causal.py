@@ -156,6 +156,15 @@ class CausalLM:
         first, second = self.prefill(ids).topk(2).values.tolist()
         return (first, second), self.model.dtype
 
+    def top2_along(
+        self, prompt: list[int], tokens: list[int]
+    ) -> tuple[list[tuple[float, float]], torch.dtype]:
+        """The two largest logits before each of `tokens` after `prompt`, from one forward of a
+        fresh sequence, in the model's dtype's values."""
+        self.reset()
+        logits = self.forward_tokens(prompt + tokens[:-1], keep=len(tokens))
+        return [(a, b) for a, b in logits.topk(2).values.tolist()], self.model.dtype
+
     def keep(self, indices: list[int]) -> None:
         """Of the slots the last forward wrote, keep those at `indices` (into its new tokens),
         moved in that order to follow the earlier cache; drop the rest. The kept tokens' positions

@@ -20,15 +20,23 @@ if TYPE_CHECKING:  # the run directory is opened and checked before torch is imp
 SCHEMA = 2
 
 
-def tie_tolerance(dtype: torch.dtype, top_logit: float) -> float:
-    """The largest top-2 logit gap that counts as a tie: 4 units in the last place of the
-    logits' dtype at the top logit's magnitude. Two forwards of one prefix that differ only in
-    shape (a gamma + 1-token verification against a one-token step, a batch of drafts against
-    one row) accumulate their sums in another order and differ by a few such units, so a gap
-    below this can flip either way; a divergence above it is not rounding."""
+TIE_ULPS = 4.0  # the largest top-2 logit gap, in units in the last place, that is a tie
+
+
+def ulp(dtype: torch.dtype, top_logit: float) -> float:
+    """One unit in the last place of the logits' dtype at the top logit's magnitude."""
     import torch
 
-    return 4 * torch.finfo(dtype).eps * max(1.0, abs(top_logit))
+    return torch.finfo(dtype).eps * max(1.0, abs(top_logit))
+
+
+def tie_tolerance(dtype: torch.dtype, top_logit: float) -> float:
+    """The largest top-2 logit gap that counts as a tie: `TIE_ULPS` units in the last place.
+    Two forwards of one prefix that differ only in shape (a gamma + 1-token verification
+    against a one-token step, a batch of drafts against one row, another engine's kernels)
+    accumulate their sums in another order and differ by a few such units, so a gap below this
+    can flip either way; a divergence above it is not rounding."""
+    return TIE_ULPS * ulp(dtype, top_logit)
 
 
 @dataclass
@@ -46,6 +54,10 @@ class Arm:
     # Unix time the first turn was sent: with requests in flight together (run.concurrency)
     # throughput needs when each ran, not only how long (None in records written before it)
     started_s: float | None = None
+    # the target's top-2 logit gap before each output token, in `ulp`s, measured by specbench's
+    # engine (cells on another backend, greedy): where specbench's own tokens leave these,
+    # whether that was a tie (report/agreement.py); None elsewhere
+    top2_ulps: list[float] | None = None
 
     @property
     def new_tokens(self) -> int:
