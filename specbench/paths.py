@@ -41,14 +41,15 @@ def portable(value: Any) -> Any:
     return value
 
 
-def in_repo(value: Any) -> Any:
-    """`value` with this checkout's root taken out of every string, also inside one (a JSON
-    argument): a path under the repository is written relative to it, so a stored file names
-    no developer's directory."""
+def unrooted(value: Any) -> Any:
+    """`value` with this machine's directories taken out of every string, also inside one (a
+    JSON argument): a path under the repository is written relative to it, one under the model
+    cache as `$SPECBENCH_CACHE/...`, so a stored file names no developer's directory."""
     if isinstance(value, dict):
-        return {k: in_repo(v) for k, v in value.items()}
+        return {k: unrooted(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [in_repo(v) for v in value]
+        return [unrooted(v) for v in value]
     if isinstance(value, str):
-        return value.replace(f"{REPO_ROOT}{os.sep}", "")
+        value = value.replace(f"{REPO_ROOT}{os.sep}", "")
+        return value.replace(f"{cache_dir()}{os.sep}", f"$SPECBENCH_CACHE{os.sep}")
     return value

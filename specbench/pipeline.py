@@ -405,7 +405,7 @@ def vllm_arms(plan: Plan, servers: ExitStack) -> tuple[Any, Arms, dict[str, Any]
         method.warp,
     )
     server = decoder.server
-    engine = paths.in_repo(
+    engine = paths.unrooted(
         {
             "name": VLLM,
             "python": python,

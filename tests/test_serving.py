@@ -60,17 +60,25 @@ def test_intel_openmp_is_preloaded_from_the_vllm_environment_that_has_it(
     assert preload(str(python)) == {"LD_PRELOAD": f"{library}:/opt/libother.so"}
 
 
-def test_the_engine_description_names_no_directory_of_this_checkout() -> None:
-    """The vLLM python, the preloaded library and a drafter path inside a JSON argument all
-    come out relative to the repository; a path outside it is kept."""
+def test_the_engine_description_names_no_directory_of_this_machine(monkeypatch) -> None:
+    """The vLLM python and a drafter path inside a JSON argument come out relative to the
+    repository, a built drafter's in the model cache as `$SPECBENCH_CACHE/...`; a path outside
+    both is kept."""
     root = paths.REPO_ROOT
+    monkeypatch.setenv("SPECBENCH_CACHE", "/scratch/me/cache")
+    drafter = {"model": "/scratch/me/cache/models/tiny-dflash-xl"}
     engine = {
         "python": f"{root}/.venv-vllm/bin/python",
         "args": ["--speculative-config", json.dumps({"model": f"{root}/models/tiny-ar"})],
+        "drafter": ["--speculative-config", json.dumps(drafter)],
         "env": {"LD_PRELOAD": "/opt/lib/libiomp5.so"},
     }
-    assert paths.in_repo(engine) == {
+    assert paths.unrooted(engine) == {
         "python": ".venv-vllm/bin/python",
         "args": ["--speculative-config", json.dumps({"model": "models/tiny-ar"})],
+        "drafter": [
+            "--speculative-config",
+            json.dumps({"model": "$SPECBENCH_CACHE/models/tiny-dflash-xl"}),
+        ],
         "env": {"LD_PRELOAD": "/opt/lib/libiomp5.so"},
     }
