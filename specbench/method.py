@@ -10,6 +10,7 @@ marker. Adding a method is one module with one `Method` subclass registered with
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from specbench.config import ModelConfig
@@ -78,6 +79,12 @@ class Method(ABC):
     def vllm_speculative_config(self, drafter: str | None) -> dict | None:
         """vLLM's `--speculative-config` for this config (None: plain decoding), `drafter`
         the drafter's path or hub id; raises `ConfigError` on knobs vLLM does not have."""
+        return None
+
+    def vllm_drafts_at(self) -> Callable[[list[int]], bool] | None:
+        """Whether vLLM's proposer for this config drafts after a context (prompt and output
+        so far): vLLM records no step it drafted nothing for, so specbench places those steps
+        by this. None: it drafts at every step (a drafter model)."""
         return None
 
     def drafts_trees(self) -> bool:

@@ -403,6 +403,7 @@ def vllm_arms(plan: Plan, servers: ExitStack) -> tuple[Any, Arms, dict[str, Any]
         method.vllm_speculative_config(vllm_drafter(config, method)),
         plan.store.run_dir,
         method.warp,
+        method.vllm_drafts_at(),
     )
     server = decoder.server
     engine = paths.unrooted(

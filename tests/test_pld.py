@@ -71,3 +71,11 @@ def test_pld_maps_to_vllms_ngram_method() -> None:
         "prompt_lookup_min": 2,
         "prompt_lookup_max": 4,
     }
+
+
+def test_vllm_drafts_where_the_lookup_matches() -> None:
+    """The backend places vLLM's unrecorded steps by this: a draft after "1 2" (seen
+    before), none after a token never seen."""
+    drafts_at = PLD(PLDConfig(gamma=4, prompt_lookup_min=2), Warp()).vllm_drafts_at()
+    assert drafts_at([5, 1, 2, 8, 1, 2]) and not drafts_at([5, 1, 2, 8, 7])
+    assert not drafts_at([5, 1, 2, 8, 2])  # "8 2" unseen; n=1 is below prompt_lookup_min

@@ -11,13 +11,23 @@ from specbench.config import ModelConfig
 from specbench.serving.vllm import counted, preload, server_args
 
 
-def test_steps_vllm_drafted_nothing_for_are_rounds_of_no_draft() -> None:
+def test_steps_vllm_drafted_nothing_for_sit_where_its_proposer_found_nothing() -> None:
     """ngram without a match drafts nothing and vLLM records no step: the prefill's token,
-    two recorded steps (3 then 1 tokens) and two plain steps make 7 tokens."""
+    then steps with no draft, 4 drafted (2 accepted), no draft, 4 drafted (0 accepted)."""
     spec = {"per_step_drafted": [4, 4], "per_step_accepted": [2, 0]}
-    out = counted(list(range(7)), 1.0, 0.1, [9, 9], spec)
-    assert out.draft_lengths == [4, 4, 0, 0] and out.accepted == [2, 0, 0, 0]
-    assert out.target_calls == 5 and sum(out.emitted) == 7
+    drafts_after = {2 + 2, 2 + 6}  # context lengths (prompt of 2) where a lookup matches
+    out = counted(list(range(7)), 1.0, 0.1, [9, 9], spec, lambda c: len(c) in drafts_after)
+    assert out.draft_lengths == [0, 4, 0, 4] and out.accepted == [0, 2, 0, 0]
+    assert out.emitted == [1, 1, 3, 1, 1] and out.target_calls == 5
+
+
+def test_an_overrun_past_the_output_does_not_replace_steps_without_a_draft() -> None:
+    """vLLM accepted 4 past max_tokens in its last step: the two steps before the drafts,
+    which it did not record, still count; the overrun is clipped away."""
+    spec = {"per_step_drafted": [4, 4], "per_step_accepted": [0, 4]}
+    out = counted(list(range(5)), 1.0, 0.1, [9], spec, lambda c: len(c) >= 1 + 3)
+    assert out.draft_lengths == [0, 0, 4, 4] and out.accepted == [0, 0, 0, 0]
+    assert out.target_calls == 5 and sum(out.emitted) == 5
 
 
 def test_what_vllm_accepted_past_the_output_is_not_counted() -> None:

@@ -23,6 +23,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -36,6 +37,9 @@ from specbench.errors import ConfigError
 
 VENV = paths.REPO_ROOT / ".venv-vllm"
 SERVED_NAME = "target"  # the name each server gives its model in requests
+# whether vLLM's proposer drafts after a context (prompt and output so far); None where it
+# drafts at every step (a drafter model), Method.vllm_drafts_at
+DraftsAt = Callable[[list[int]], bool] | None
 
 
 def python_of(run: RunConfig) -> str:
@@ -174,8 +178,8 @@ class VLLMDecoder:
     """A `Decoder` whose target forwards run in a vLLM server: one streamed completion per
     call, its counters read from vLLM's per-request record."""
 
-    def __init__(self, server: Server, warp: Warp):
-        self.server, self.warp = server, warp
+    def __init__(self, server: Server, warp: Warp, drafts_at: DraftsAt = None):
+        self.server, self.warp, self.drafts_at = server, warp, drafts_at
 
     def request(self, prompt_ids: list[int], max_new: int, seed: int, stop: Stop) -> dict:
         body = {
@@ -224,11 +228,16 @@ class VLLMDecoder:
         wall = time.perf_counter() - started
         end = stop.first(tokens)
         tokens = tokens if end is None else tokens[: end + 1]
-        return counted(tokens, wall, first or wall, prompt_ids, spec)
+        return counted(tokens, wall, first or wall, prompt_ids, spec, self.drafts_at)
 
 
 def counted(
-    tokens: list[int], wall: float, ttft: float, prompt_ids: list[int], spec: dict | None
+    tokens: list[int],
+    wall: float,
+    ttft: float,
+    prompt_ids: list[int],
+    spec: dict | None,
+    drafts_at: DraftsAt = None,
 ) -> Generation:
     """A Generation from vLLM's outputs: without speculation one forward per token; with it the
     prefill's token, then per step its accepted drafts and the bonus. Positions
@@ -243,7 +252,8 @@ def counted(
             emitted=emitted,
             positions=len(prompt_ids) + len(tokens),
         )
-    drafted, accepted = kept_steps(tokens, spec["per_step_drafted"], spec["per_step_accepted"])
+    recorded = list(zip(spec["per_step_drafted"], spec["per_step_accepted"]))
+    drafted, accepted = kept_steps(tokens, prompt_ids, recorded, drafts_at)
     return Generation(
         tokens,
         wall,
@@ -257,22 +267,25 @@ def counted(
 
 
 def kept_steps(
-    tokens: list[int], drafted: list[int], accepted: list[int]
+    tokens: list[int], prompt_ids: list[int], recorded: list[tuple[int, int]], drafts_at: DraftsAt
 ) -> tuple[list[int], list[int]]:
-    """vLLM's steps, counting only the tokens the output kept: past max_tokens (or a stop) it
-    still drafts and accepts, then cuts the output, so a step's acceptance is clipped to what
-    remains and later steps dropped. Steps vLLM drafted nothing for (ngram without a match)
-    are not in its record: the tokens left over are rounds of no draft, as in specbench's
-    engine, placed last (vLLM gives no order)."""
-    left = len(tokens) - 1  # after the prefill's token
+    """vLLM's steps in order, (drafted, accepted) each, counting only the tokens the output kept.
+
+    vLLM's record lists the steps it drafted for, (drafted, accepted) in order, and no step
+    its proposer drafted nothing for (ngram without a match): `drafts_at` places those,
+    replaying the proposer's one decision on the output (None: every step drafts). Past
+    max_tokens (or a stop) vLLM still accepts, then cuts the output, so the last step's
+    acceptance is clipped to what remains. Filling the steps without a draft in after the
+    recorded ones instead would let that overrun stand in for them."""
+    steps, done = iter(recorded), 1  # the prefill's token
     kept_drafted, kept_accepted = [], []
-    for d, a in zip(drafted, accepted):
-        if left <= 0:
-            break
+    while done < len(tokens):
+        drafts = drafts_at is None or drafts_at(prompt_ids + tokens[:done])
+        d, a = next(steps, (0, 0)) if drafts else (0, 0)
         kept_drafted.append(d)
-        kept_accepted.append(min(a, left - 1))
-        left -= kept_accepted[-1] + 1
-    return kept_drafted + [0] * left, kept_accepted + [0] * left
+        kept_accepted.append(min(a, len(tokens) - done - 1))
+        done += kept_accepted[-1] + 1
+    return kept_drafted, kept_accepted
 
 
 def server_args(
@@ -304,6 +317,7 @@ def start_arms(
     speculative: dict | None,
     logs: Path,
     warp: Warp,
+    drafts_at: DraftsAt = None,
 ) -> tuple[VLLMDecoder, VLLMDecoder | None]:
     """The method's server and, with the baseline arm on, plain decoding's (one server serves
     both when the method is plain decoding), started together; each stopped when `stack`
@@ -318,7 +332,9 @@ def start_arms(
         server = Server(python, model, args, logs / f"vllm-{role}.log", run.vllm_startup_s)
         stack.callback(server.stop)
         servers[role] = server.launch()
-    decoders = {role: VLLMDecoder(server.wait(), warp) for role, server in servers.items()}
+    decoders = {
+        role: VLLMDecoder(server.wait(), warp, drafts_at) for role, server in servers.items()
+    }
     if not run.baseline:
         return decoders["method"], None
     return decoders["method"], decoders.get("baseline", decoders["method"])

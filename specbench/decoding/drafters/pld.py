@@ -15,6 +15,7 @@ rule is the one named here.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -83,6 +84,12 @@ class PLD(DraftVerifyMethod):
             "prompt_lookup_min": cfg.prompt_lookup_min,
             "prompt_lookup_max": cfg.prompt_lookup_max,
         }
+
+    def vllm_drafts_at(self) -> Callable[[list[int]], bool]:
+        cfg = self.cfg
+        return lambda context: bool(
+            lookup(context, cfg.prompt_lookup_min, cfg.prompt_lookup_max, cfg.gamma)
+        )
 
     def build(self, target: CausalLM, drafter: None, task: object) -> SpeculativeDecoder:
         cfg = self.cfg
