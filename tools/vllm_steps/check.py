@@ -45,7 +45,10 @@ def rounds(steps: list[dict], output: list[int]) -> list[tuple[int, int]]:
 
 
 def made(request: list[dict], prompt: int, output: list[int]) -> bool:
-    """Whether a logged request generated `output` (its last context may run past it)."""
+    """Whether a logged request, from its first step, generated `output` (its last context
+    may run past it)."""
+    if len(request[0]["context"]) != prompt + 1:
+        return False
     generated = request[-1]["context"][prompt:]
     return generated[: len(output)] == output[: len(generated)]
 
@@ -56,7 +59,7 @@ def main(log: str, run: str) -> None:
     records = [json.loads(line) for line in (Path(run) / "records.jsonl").read_text().splitlines()]
     for record in records:
         output, prompt = record["method"]["output_ids"], record["prompt_tokens"]
-        ran = [r for r in logged if len(r[0]["context"]) == prompt + 1 and made(r, prompt, output)]
+        ran = [r for r in logged if made(r, prompt, output)]
         mine = list(zip(record["drafted_per_round"], record["accepted_per_round"]))
         same = bool(ran) and rounds(ran[-1], output) == mine
         equal += same
