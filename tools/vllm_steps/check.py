@@ -20,12 +20,7 @@ def requests(log: Path) -> list[list[dict]]:
     out: list[list[dict]] = []
     for line in log.read_text().splitlines():
         step = json.loads(line)
-        last = out[-1][-1]["context"] if out else None
-        if (
-            last is None
-            or step["context"][: len(last)] != last
-            or len(step["context"]) <= len(last)
-        ):
+        if not out or step["context"][: len(out[-1][-1]["context"])] != out[-1][-1]["context"]:
             out.append([])
         out[-1].append(step)
     return out
@@ -61,12 +56,10 @@ def main(log: str, run: str) -> None:
         output, prompt = record["method"]["output_ids"], record["prompt_tokens"]
         ran = [r for r in logged if made(r, prompt, output)]
         mine = list(zip(record["drafted_per_round"], record["accepted_per_round"]))
-        same = bool(ran) and rounds(ran[-1], output) == mine
-        equal += same
-        if not same:
-            print(
-                f"{record['id']}: engine {rounds(ran[-1], output) if ran else None}, record {mine}"
-            )
+        engine = rounds(ran[-1], output) if ran else None
+        equal += engine == mine
+        if engine != mine:
+            print(f"{record['id']}: engine {engine}, record {mine}")
     print(f"rounds as the engine ran them: {equal}/{len(records)} samples")
 
 
