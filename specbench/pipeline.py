@@ -26,6 +26,7 @@ from specbench.models.kinds import ModelKind
 from specbench.registry import METHODS, MODEL_KINDS, discover
 from specbench.results.console import print_summary
 from specbench.results.env import environment, fingerprint
+from specbench.results.machine import of_env
 from specbench.results.store import RunStore, config_hash
 from specbench.results.summary import CEILING, Summary
 from specbench.results.wandb import WandbMirror
@@ -340,6 +341,7 @@ def summarise(plan: Plan, job: Job, env: dict[str, Any]) -> Summary:
         facts=method.facts(job.arms.method),
         workload=asdict(plan.task.workload(plan.samples)),
         env=fingerprint(env),
+        machine=of_env(env).label(),
     )
     if records and summary.speedup and config.run.backend != VLLM:  # it times specbench's forwards
         prompt = plan.prompt_ids[plan.samples[0].id]

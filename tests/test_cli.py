@@ -19,6 +19,7 @@ import yaml
 from conftest import SWALLOWS_CTRL_C
 from specbench import paths
 from specbench.config import RunConfig
+from specbench.results.machine import Machine
 
 FAST = [
     "run.warmup=1",
@@ -105,7 +106,8 @@ def test_multirun_over_two_methods_writes_one_run_dir_each(tmp_path: Path) -> No
             yaml.safe_load((d / "config.yaml").read_text())["method"]["name"]
             == d.name.split("-")[0]
         )
-        assert json.loads((d / "env.json").read_text())["torch_threads"] >= 1
+        machine = Machine(**json.loads((d / "env.json").read_text())["machine"])
+        assert machine.threads >= 1 and summary["machine"] == machine.label()
         assert list((d / "wandb").glob("offline-run-*")), "W&B offline run not under the run dir"
     assert not (tmp_path / "wandb").exists()
     sps = json.loads((dirs[1] / "summary.json").read_text())

@@ -19,7 +19,7 @@ from specbench.decoding.warp import Warp
 from specbench.metrics.summary import summarize
 from specbench.registry import METHODS, discover
 from specbench.report import acceptance, agreement, aup, cli, figures, leaderboard
-from specbench.report.load import higher_is_better, load_runs
+from specbench.report.load import by_machine, higher_is_better, load_runs
 from specbench.report.pareto import pareto_front
 from specbench.results.record import Record
 from specbench.results.store import config_hash
@@ -97,6 +97,7 @@ def write_run(root: Path, cell: dict, records: list[dict], task: str = "tiny_cod
         lossless_wrt=method.lossless_wrt(),
         env="fixture machine",
         workload=cell.get("workload", {}),
+        machine=cell.get("machine"),
     )
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     (run_dir / "summary.json").write_text(json.dumps(summary.to_json()))
@@ -122,7 +123,7 @@ def test_a_leaderboard_equals_hand_computed_values(tmp_path: Path) -> None:
     written = leaderboard.write(runs, tmp_path / "out")
     assert [p.suffix for p in written] == [".md", ".tex", ".csv"]
     text = written[0].read_text()
-    assert f"| {specdiff} | **2** |" in text and "_fixture machine_" in text
+    assert f"| {specdiff} | **2** |" in text and "_fixture machine (class unrecorded)_" in text
     assert "\\textbf{2}" in written[1].read_text()
 
 
@@ -190,6 +191,42 @@ def test_a_config_run_with_and_without_its_chat_template_is_not_averaged(
     write_run(same, sps, [record(0, 10, 2.0, 10, 2.5, 0.4)], task="mt_bench")
     frame, _ = leaderboard.overall(load_runs(same))
     assert frame.loc["sps γ4 · tiny/tiny-ar", "speedup"] == pytest.approx((2.0 + 1.25) / 2)
+
+
+def test_one_cell_on_two_machine_classes_shows_twice_and_is_never_averaged(
+    tmp_path: Path, capsys
+) -> None:
+    """The same cell (one run id) from an AVX2 CPU and an AMX one: two rows in the task's
+    table, each named by its class; the overall mean over tasks is refused in one line; with
+    --machine the report holds one class."""
+    sps = {"method": "sps", "method.gamma": 4}
+    avx2, amx = "cpu AMD EPYC avx2 2c", "cpu Intel Xeon amx 2c"
+    write_run(tmp_path / "a", {**sps, "machine": avx2}, [record(0, 10, 4, 4, 2, 0.5)])
+    write_run(tmp_path / "b", {**sps, "machine": amx}, [record(0, 10, 1, 4, 2, 0.5)])
+    write_run(tmp_path / "b", {**sps, "machine": amx}, [record(0, 10, 1, 4, 2, 0.5)], "gsm8k")
+    out = tmp_path / "out"
+    args = ["--results", str(tmp_path), "--out", str(out)]
+    assert cli.main([*args, "leaderboard"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "will not average sps γ4 · tiny over runs whose machine differs" in line
+    assert f"tiny_code: {avx2}" in line and "--machine" in line
+    runs = load_runs(tmp_path)
+    frame, _ = leaderboard.table(by_machine(runs), "tiny_code")
+    assert frame.loc[f"sps γ4 · tiny/tiny-ar @ {avx2}", "speedup"] == pytest.approx(0.5)
+    assert frame.loc[f"sps γ4 · tiny/tiny-ar @ {amx}", "speedup"] == pytest.approx(2.0)
+    assert cli.main([*args, "--machine", amx, "leaderboard"]) == 0
+    printed = capsys.readouterr().out
+    assert "| sps γ4 · tiny/tiny-ar | 2 |" in printed and avx2 not in printed
+    assert f"_{amx}_" in printed  # the table's foot names its machine class
+
+
+def test_committed_runs_without_a_machine_field_read_as_what_they_recorded() -> None:
+    """The reference runs predate the machine class: each reads as its env.json's CPU and
+    cores, the ISA said unrecorded, and the files are read, not rewritten."""
+    runs = load_runs(paths.REPO_ROOT / "results" / "reference")
+    classes = set(runs["machine"])
+    assert classes == {"cpu AMD EPYC (isa unrecorded) 2c", "cpu Intel Xeon (isa unrecorded) 2c"}
+    assert (runs["env"].str.split(" [|] ").str[0] == runs["machine"]).all()
 
 
 def test_cells_that_differ_only_in_target_stay_apart_and_are_never_averaged(tmp_path: Path) -> None:

@@ -39,7 +39,10 @@ def pair_key(config: dict) -> str:
 
 def pairs(runs: pd.DataFrame, configs: dict[str, dict]) -> list[tuple[pd.Series, pd.Series]]:
     """(specbench's run, another backend's run) for every config run on both."""
-    runs = runs.assign(pair=[pair_key(configs[r]) for r in runs["run_dir"]])
+    # a pair ran on one machine class: across two, the speeds compare the machines
+    runs = runs.assign(
+        pair=[pair_key(configs[r]) + m for r, m in zip(runs["run_dir"], runs["machine"])]
+    )
     backend = runs["run.backend"].fillna(OWN) if "run.backend" in runs else OWN
     runs = runs.assign(backend=backend)
     found = []

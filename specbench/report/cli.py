@@ -71,6 +71,9 @@ def run(argv: list[str] | None) -> int:
     parser.add_argument("--results", default="results", help="searched recursively for runs")
     parser.add_argument("--out", default="results/figures")
     parser.add_argument("--experiment", help="only runs of this experiment")
+    parser.add_argument(
+        "--machine", help='only runs of this machine class, e.g. "cpu AMD EPYC avx2 2c"'
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("leaderboard", help="Markdown, CSV and LaTeX tables per task and overall")
     p = sub.add_parser("pareto", help="speed against quality for one task")
@@ -102,14 +105,17 @@ def run(argv: list[str] | None) -> int:
             print(f"specbench-report: {err}", file=sys.stderr)
             return 2
     else:
-        from specbench.report.load import higher_is_better, load_runs
+        from specbench.report.load import by_machine, higher_is_better, load_runs
 
         runs = load_runs(args.results)
         if args.experiment:
             runs = runs[runs["experiment"] == args.experiment]
+        if args.machine:
+            runs = runs[runs["machine"] == args.machine]
         if runs.empty:
             print(f"specbench-report: no runs under {args.results}", file=sys.stderr)
             return 2
+        runs = by_machine(runs)
         if args.command == "leaderboard":
             from specbench.report import leaderboard
 

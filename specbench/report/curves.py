@@ -39,9 +39,13 @@ def table(lines: dict[str, pd.DataFrame], x: str, y: str) -> str:
 
 def plot(cells: pd.DataFrame, spec: dict, out: Path) -> list[Path]:
     """`spec`'s `x` and `y` columns, a line per value of its `series` columns (default the
-    method), and a dashed line at its `reference` y (e.g. 1: where a speedup stops paying)."""
+    method; and the machine class, where the cells come from several), and a dashed line at
+    its `reference` y (e.g. 1: where a speedup stops paying)."""
     x, y = spec["x"], spec["y"]
-    lines = series_of(cells.dropna(subset=[x, y]), spec.get("series", ["method"]))
+    keys = spec.get("series", ["method"])
+    if cells["machine"].nunique() > 1:  # a line never joins two machine classes' points
+        keys = [*keys, "machine"]
+    lines = series_of(cells.dropna(subset=[x, y]), keys)
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for name, part in lines.items():
         part = part.sort_values(x)

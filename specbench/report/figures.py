@@ -22,7 +22,7 @@ import yaml
 
 from specbench import paths
 from specbench.report import acceptance, aup, curves, leaderboard, pareto
-from specbench.report.load import higher_is_better, load_runs
+from specbench.report.load import by_machine, higher_is_better, load_runs
 
 
 class MissingCells(Exception):
@@ -74,7 +74,7 @@ def build(spec: dict, runs: pd.DataFrame, out: Path) -> list[Path]:
     if message:
         raise MissingCells(message)
     cells = pd.concat([select(runs, c) for e in spec["cells"] for c in expand(e)])
-    cells = cells.drop_duplicates("run_id")
+    cells = by_machine(cells.drop_duplicates(["run_id", "machine"]))
     if spec["kind"] == "acceptance":
         return acceptance.write(cells, out, spec["name"])
     if spec["kind"] == "curve":

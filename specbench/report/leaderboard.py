@@ -56,28 +56,31 @@ def table(runs: pd.DataFrame, task: str) -> tuple[pd.DataFrame, dict[str, bool]]
     return rows[list(directions)].astype(float), directions
 
 
-def check_one_workload(runs: pd.DataFrame) -> None:
+def check_alike(runs: pd.DataFrame) -> None:
     """Refuse, in one line naming the key, to average a configuration over runs whose
     workloads differ (a chat template applied on one task and not another, thinking on and
-    off, another system prompt): acceptance moves with each of them."""
+    off, another system prompt: acceptance moves with each of them) or whose machine classes
+    differ (the machine decides what verifying costs, so the speedup with it)."""
     columns = [f"workload.{k}" for k in Workload.CELL_KEYS if f"workload.{k}" in runs]
+    apart = {**dict.fromkeys(columns, "--experiment"), "machine": "--machine"}
     for _, group in runs.groupby("cell_id"):
-        for column in columns:
+        for column, option in apart.items():
             seen = group[column].astype(str).unique()
             if len(seen) > 1:
                 where = ", ".join(f"{t}: {v}" for t, v in zip(group["task"], group[column]))
                 raise ReportError(
                     f"will not average {group['label'].iloc[0]} · {group['target'].iloc[0]} "
                     f"over runs whose {column} differs ({where}); run them alike, or report "
-                    "them apart with --experiment"
+                    f"them apart with {option}"
                 )
 
 
 def overall(runs: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, bool]]:
     """Each configuration's speed averaged over the tasks it ran on: grouped by `cell_id` (the
     config without its task and workload), so distinct configs are never averaged together
-    and one run with another workload is refused; two that display alike carry their ids."""
-    check_one_workload(runs)
+    and one run with another workload or machine class is refused; two that display alike
+    carry their ids."""
+    check_alike(runs)
     speed = speed_columns(runs)
     frame = runs.groupby("cell_id")[list(speed)].mean().astype(float)
     first = runs.drop_duplicates("cell_id").set_index("cell_id")

@@ -16,6 +16,7 @@ import yaml
 
 from specbench.registry import METHODS, TASKS, discover
 from specbench.report import ReportError
+from specbench.results import machine
 from specbench.results.summary import Summary, Workload
 
 # config keys that do not change what a cell is across tasks (the overall table's grouping):
@@ -55,8 +56,20 @@ def read_run(run_dir: Path) -> dict:
         ) from None
 
 
+def machine_class(run_dir: Path, summary: Summary) -> str:
+    """The summary's machine class; a summary written before it had one gets the class of what
+    its run's env.json recorded (or, without one, its fingerprint's device name)."""
+    if summary.machine:
+        return summary.machine
+    env = run_dir / "env.json"
+    if env.exists():
+        return machine.of_env(json.loads(env.read_text())).label()
+    return machine.of_fingerprint(summary.env)
+
+
 def _row(run_dir: Path, summary: Summary, config: dict) -> dict:
     row = flatten(config)
+    klass = machine_class(run_dir, summary)
     row.update(summary.scalars())
     for name, other in summary.vs.items():
         row.update({f"vs.{name}.{k}": v for k, v in asdict(other).items() if k != "quality"})
@@ -69,11 +82,18 @@ def _row(run_dir: Path, summary: Summary, config: dict) -> dict:
         run_dir=str(run_dir),
         experiment=config["run"]["experiment"],
         temperature=config["run"]["temperature"],
-        env=summary.env.split(" | config ")[0],  # the machine, not the cell
+        env=software(summary.env, klass),  # the machine, not the cell
+        machine=klass,
         cell_id=cell_id(config),
     )
     row["cell"] = display(row)
     return row
+
+
+def software(fingerprint: str, klass: str) -> str:
+    """A table's foot: the machine class, then the fingerprint's software and commit (its
+    device name replaced, its config hash dropped: that is the cell's, not the machine's)."""
+    return " | ".join([klass, *fingerprint.split(" | config ")[0].split(" | ")[1:]])
 
 
 def display(row: dict) -> str:
@@ -98,14 +118,24 @@ def disambiguate(frame: pd.DataFrame, by: str) -> pd.Series:
     return frame["cell"].where(~shared, frame["cell"] + " #" + frame[by].str[-8:])
 
 
+def by_machine(frame: pd.DataFrame) -> pd.DataFrame:
+    """The cells, each display name naming its machine class where they come from several."""
+    if frame["machine"].nunique() < 2:
+        return frame
+    return frame.assign(cell=frame["cell"] + " @ " + frame["machine"])
+
+
 def load_runs(root: str | Path) -> pd.DataFrame:
-    """Every run directory under `root`; a cell stored twice in one experiment (the same run
-    id, e.g. a reference copy and a rerun) keeps the copy with more samples."""
+    """Every run directory under `root`; a cell stored twice in one experiment on one machine
+    class (the same run id, e.g. a reference copy and a rerun) keeps the copy with more
+    samples."""
     rows = [read_run(p.parent) for p in sorted(Path(root).glob("**/summary.json"))]
     if not rows:
-        return pd.DataFrame(columns=["run_id", "experiment", "task", "method", "cell", "cell_id"])
+        return pd.DataFrame(
+            columns=["run_id", "experiment", "task", "method", "cell", "cell_id", "machine"]
+        )
     frame = pd.DataFrame(rows).sort_values("n_samples", ascending=False)
-    frame = frame.drop_duplicates(["experiment", "run_id"])
+    frame = frame.drop_duplicates(["experiment", "run_id", "machine"])
     return frame.sort_values(["task", "method", "cell"]).reset_index(drop=True)
 
 

@@ -1,4 +1,5 @@
-"""The environment fingerprint that every number carries."""
+"""The environment fingerprint that every number carries: the software, the code's commit, and
+the machine (`specbench.results.machine`)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import os
 import platform
 import shutil
 import subprocess
+from dataclasses import asdict
 from typing import Any
 
 import torch
 import transformers
 
 from specbench import __version__, paths
+from specbench.results.machine import Machine, matrix_isa, of_env
 
 
 def _cmd(args: list[str]) -> str | None:
@@ -22,19 +25,60 @@ def _cmd(args: list[str]) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def cpu_model() -> str:
+def _cpuinfo(key: str) -> str | None:
+    """The first `key` line of /proc/cpuinfo (None off Linux)."""
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
-                if line.startswith("model name"):
+                if line.split(":", 1)[0].strip() == key:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def cpu_model() -> str:
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def _cpus() -> int | None:
+    """The CPUs this process may run on (a container's or taskset's share, not the host's)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count()
+
+
+def machine(device: torch.device) -> Machine:
+    """This machine as a run on `device` uses it: the CPU and its matrix ISA, and the GPU."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    flags = set((_cpuinfo("flags") or "").split())
+    gpu: dict[str, Any] = {}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        gpu = {
+            "gpu": props.name,
+            "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+            "gpu_count": torch.cuda.device_count(),
+            "cuda": torch.version.cuda,
+        }
+        if shutil.which("nvidia-smi"):
+            query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+            driver = _cmd(query)  # a line per GPU
+            gpu["driver"] = driver.splitlines()[0] if driver else None
+    elif device.type != "cpu":
+        gpu = {"gpu": device.type}
+    return Machine(
+        cpu=cpu_model(),
+        isa=matrix_isa(flags, capability),
+        cpus=_cpus(),
+        threads=torch.get_num_threads(),
+        torch_capability=capability,
+        **gpu,
+    )
 
 
 def environment(device: torch.device, config_hash: str) -> dict[str, Any]:
-    env: dict[str, Any] = {
+    return {
         "specbench": __version__,
         "git_commit": _cmd(["git", "rev-parse", "HEAD"]),
         "git_dirty": bool(_cmd(["git", "status", "--porcelain", "--untracked-files=no"])),
@@ -43,28 +87,16 @@ def environment(device: torch.device, config_hash: str) -> dict[str, Any]:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "platform": platform.platform(),
-        "cpu": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
         "device": str(device),
-        "device_name": cpu_model() if device.type == "cpu" else None,
-        "cuda": torch.version.cuda,
-        "driver": None,
+        "machine": asdict(machine(device)),
     }
-    if device.type == "cuda":
-        env["device_name"] = torch.cuda.get_device_name(device)
-        env["gpu_count"] = torch.cuda.device_count()
-        if shutil.which("nvidia-smi"):
-            env["driver"] = _cmd(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
-            )
-    return env
 
 
 def fingerprint(env: dict[str, Any]) -> str:
-    """One line for the foot of a table."""
+    """One line for the foot of a table: the machine class first."""
+    host = of_env(env)
     return (
-        f"{env['device_name']} | torch {env['torch']} | transformers {env['transformers']} | "
-        f"threads {env['torch_threads']} | commit {(env['git_commit'] or 'unknown')[:8]}"
+        f"{host.label()} | torch {env['torch']} | transformers {env['transformers']} | "
+        f"threads {host.threads} | commit {(env['git_commit'] or 'unknown')[:8]}"
         f"{'+dirty' if env['git_dirty'] else ''} | config {env['config_hash']}"
     )

@@ -152,6 +152,9 @@ class Summary(Metrics):
     lossless: bool  # the method's claim for this config, with respect to `lossless_wrt`
     lossless_wrt: str | None
     env: str  # the machine and software, then the config's hash
+    # the machine class (`Machine.label`) the reports group by; None in summaries written
+    # before it, whose reader derives it from the run's env.json
+    machine: str | None = None
     facts: dict[str, Any] = field(default_factory=dict)  # `Method.facts` of this config
     workload: dict[str, Any] = field(default_factory=dict)  # a `Workload`, as a dict
     # the cost model's prediction (metrics.cost), where the method has one
