@@ -56,6 +56,8 @@ class WandbConfig:
     project: str = "specbench"
     entity: str | None = None
     group: str | None = None
+    # W&B's own console lines (its run summary, sync hints); off, a run prints specbench's
+    verbose: bool = False
 
     def check(self) -> None:
         """A mode W&B has, and for `online` a login to sync with: without one W&B would stop

@@ -79,7 +79,10 @@ def records_once_written(proc: subprocess.Popen, results: Path, at_least: int) -
 
 
 def test_multirun_over_two_methods_writes_one_run_dir_each(tmp_path: Path) -> None:
+    """Each cell its directory, records, summary, env.json with the machine, and W&B's offline
+    run; the console holds specbench's tables, and W&B says nothing (logging.wandb.verbose)."""
     results = tmp_path / "results"
+    loud = {k: v for k, v in os.environ.items() if k != "WANDB_SILENT"}  # conftest's
     code, out, err = finish(
         specbench(
             [
@@ -92,6 +95,7 @@ def test_multirun_over_two_methods_writes_one_run_dir_each(tmp_path: Path) -> No
                 *FAST,
             ],
             tmp_path,
+            env=loud,
         )
     )
     assert code == 0, err
@@ -113,6 +117,8 @@ def test_multirun_over_two_methods_writes_one_run_dir_each(tmp_path: Path) -> No
     sps = json.loads((dirs[1] / "summary.json").read_text())
     assert sps["tau"] > 1.0 and sps["nfe_drafter"] > 0
     assert "speedup" in out  # the summary table was printed
+    # W&B mirrored offline without a line of its own (run summary, sync hints) on the console
+    assert not [line for line in (out + err).splitlines() if line.startswith("wandb:")]
 
 
 def cell_args(results: Path, limit: int, wandb: str, new_tokens: int) -> list[str]:

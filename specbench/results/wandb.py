@@ -44,8 +44,9 @@ class WandbMirror:
             dir=str(store.run_dir),
             config=config,
             reinit="finish_previous",
-            # no system monitor: it samples the machine during the timed decodes
-            settings=wandb.Settings(x_disable_stats=True),
+            # no system monitor: it samples the machine during the timed decodes; W&B's own
+            # console lines only when asked for (`logging.wandb.verbose`)
+            settings=wandb.Settings(x_disable_stats=True, silent=not wandb_cfg["verbose"]),
         )
 
     def log_sample(self, record: Record) -> None:
