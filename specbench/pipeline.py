@@ -17,6 +17,7 @@ from specbench import paths
 from specbench.config import DTYPE_NAMES, VLLM, Config, ModelConfig, RunConfig, check_knobs
 from specbench.decoding.generation import Stop
 from specbench.decoding.warp import Warp
+from specbench.devices import check_device, resolve_device
 from specbench.errors import ConfigError
 from specbench.evaluate import Arms, Job, evaluate, warm_up
 from specbench.method import Method
@@ -51,24 +52,6 @@ class Plan:
     tokenizer: Any
     device: torch.device
     store: RunStore
-
-
-def _check_device(run: Any) -> None:
-    """The device exists here (the run's other knobs: `config.check_run`, before torch)."""
-    try:
-        device = loading.resolve_device(run.device)
-    except RuntimeError:
-        raise ConfigError(
-            "run.device", run.device, "allowed: auto, cpu, cuda, cuda:N, mps"
-        ) from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("run.device", run.device, "no CUDA device here; use auto or cpu")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(
-            "run.device",
-            run.device,
-            "must be a device this machine has (no MPS here); use auto or cpu",
-        )
 
 
 def _check_model(cfg: Any, key: str) -> None:
@@ -116,7 +99,7 @@ def _check_engine(config: Config, method: Method) -> None:
 def validate(config: Config) -> Method:
     """Every check that reads no file: the knobs, the device and the models' kinds."""
     check_knobs(config)
-    _check_device(config.run)
+    check_device(config.run.device)
     if config.method.name not in METHODS:
         raise ConfigError("method", config.method.name, f"allowed: {', '.join(METHODS)}")
     method = METHODS[config.method.name](config.method, warp_of(config.run))
@@ -266,7 +249,7 @@ def prepare(cfg: DictConfig, loaded: TaskSamples | None = None) -> Plan:
     identity = paths.portable(asdict(config))
     run_id = run_id_of(config, identity)
     store = RunStore.open(identity, run_id)
-    device = loading.resolve_device(config.run.device)
+    device = resolve_device(config.run.device)
     return Plan(
         config,
         identity,

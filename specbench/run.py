@@ -8,7 +8,6 @@ far the run got and how to resume it.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import sys
@@ -29,7 +28,7 @@ from specbench.config import check_knobs, refuse_stray_keys
 from specbench.errors import ConfigError, user_line
 from specbench.interrupt import EXIT_CODE, on_ctrl_c
 from specbench.registry import discover_schemas
-from specbench.results.store import make_writable
+from specbench.results.store import existing_writable
 from specbench.results.sweep import SweepSummary, write_outcome
 from specbench.tasks.load import load_samples
 
@@ -89,7 +88,11 @@ def fail(known: tuple[str, int] | None, err: Exception) -> NoReturn:
 
 class ResultsDirCheck(Callback):
     """Refuse an unwritable `run.results_dir` before Hydra creates its output directory there
-    (Hydra turns a callback's exception into a warning and goes on, so this exits itself)."""
+    (Hydra turns a callback's exception into a warning and goes on, so this exits itself), and
+    note the deepest directory there that already existed: a refused run removes what was
+    created below it (`forget_output_dir`)."""
+
+    existed: Path | None = None
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.check(config)
@@ -97,21 +100,28 @@ class ResultsDirCheck(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.check(config)
 
-    @staticmethod
-    def check(config: DictConfig) -> None:
+    @classmethod
+    def check(cls, config: DictConfig) -> None:
         try:
-            make_writable(Path(config.run.results_dir))
+            cls.existed = existing_writable(Path(config.run.results_dir))
         except ConfigError as err:
             fail(explain(err), err)
 
 
 def forget_output_dir() -> None:
     """A refused run leaves nothing behind: Hydra's output directory (its config copy and log)
-    goes, and `_hydra` with it when that leaves it empty."""
-    out = Path(HydraConfig.get().runtime.output_dir)
+    goes, and with it every directory above it this run created (`_hydra`, the results
+    directory) that it leaves empty."""
+    out = Path(HydraConfig.get().runtime.output_dir).absolute()
     shutil.rmtree(out, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        out.parent.rmdir()
+    existed = ResultsDirCheck.existed
+    for parent in out.parents:
+        if existed not in parent.parents:
+            break
+        try:
+            parent.rmdir()  # empty only: another run's files stay
+        except OSError:
+            break
 
 
 def interrupted(plan: Any) -> int:
@@ -139,7 +149,10 @@ def main(cfg: DictConfig) -> Any:
         config = OmegaConf.to_object(cfg)
         check_knobs(config)  # the knobs and the task's data, before torch is imported
         loaded = load_samples(config)
-        from specbench import pipeline  # torch and transformers
+        from specbench.devices import check_device  # torch alone
+
+        check_device(config.run.device)
+        from specbench import pipeline  # transformers
 
         plan = pipeline.prepare(cfg, loaded)
         summary = pipeline.execute(plan)

@@ -321,13 +321,23 @@ def test_a_config_error_is_one_line_before_torch_is_imported(
     assert not results.exists() or list(results.rglob("*")) == []
 
 
-def test_a_refused_run_writes_nothing(tmp_path: Path) -> None:
-    """Refused after composing (a knob out of range, checked once torch is imported): no run
-    directory and no `_hydra` output directory are left in the results directory."""
-    results = tmp_path / "results"
-    code, _, err = finish(specbench(["run.threads=0", f"run.results_dir={results}"], tmp_path))
-    assert code == 2 and err.strip().splitlines()[-1].startswith("specbench: error: run.threads=0")
-    assert list(results.rglob("*")) == []
+@pytest.mark.parametrize(
+    "override, line",
+    [
+        ("run.threads=0", "run.threads=0"),  # a knob, checked once torch is imported
+        ("run.device=mps", "run.device='mps'"),  # a device probe (no MPS on a CI machine)
+    ],
+)
+def test_a_refused_run_writes_nothing(override: str, line: str, tmp_path: Path) -> None:
+    """Refused after composing: the results directory it named (two levels, neither there
+    before) is not created, nor `_hydra`; one that was there stays, empty, as it was."""
+    results = tmp_path / "new" / "results"
+    code, _, err = finish(specbench([override, f"run.results_dir={results}"], tmp_path))
+    assert code == 2 and err.strip().splitlines()[-1].startswith(f"specbench: error: {line}")
+    assert list(tmp_path.iterdir()) == []
+    results.mkdir(parents=True)
+    code, _, _ = finish(specbench([override, f"run.results_dir={results}"], tmp_path))
+    assert code == 2 and results.is_dir() and list(results.iterdir()) == []
 
 
 def test_an_unknown_method_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
@@ -351,7 +361,7 @@ def test_an_unwritable_results_dir_is_one_line_before_hydra_writes_there(
     assert code == 2
     assert err.strip().splitlines() == [
         f"specbench: error: run.results_dir='{results}': must be writable "
-        f"(Not a directory: {results})"
+        f"(Not a directory: {blocker})"
     ]
 
 

@@ -143,4 +143,4 @@ def test_the_xl_built_in_is_a_directory_plain_transformers_loads() -> None:
     ids = torch.tensor(prompts(1)[0])[None]
     out = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=1)
     assert out.tolist() == tiny_model.generate(ids, max_new_tokens=8, do_sample=False).tolist()
-    assert XL["tiny-xl"][1].width == model.config.hidden_size // tiny_model.config.hidden_size
+    assert XL["tiny-xl"].growth.width == model.config.hidden_size // tiny_model.config.hidden_size

@@ -196,12 +196,6 @@ def max_positions(config: PretrainedConfig) -> int | None:
     return None
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     """`auto` is bfloat16 on an accelerator and float32 on a CPU, where bf16 matmuls are slow."""
     if name == "auto":

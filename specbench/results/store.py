@@ -12,6 +12,7 @@ them.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -159,6 +160,25 @@ def atomic_write(path: Path, text: str) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def existing_writable(root: Path) -> Path:
+    """The deepest directory at or above `root` that exists, after one file was written in it;
+    nothing is created, so a run refused later leaves nothing behind (`specbench.run`). One line
+    naming `run.results_dir` otherwise."""
+    there = root.absolute()
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    try:
+        if not there.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(there))
+        with tempfile.TemporaryFile(dir=there):
+            pass
+    except OSError as err:
+        raise ConfigError(
+            "run.results_dir", str(root), f"must be writable ({err.strerror}: {there})"
+        ) from None
+    return there
 
 
 def make_writable(root: Path, *parts: str) -> Path:

@@ -91,7 +91,8 @@ class MtBenchTask(Task):
 
     @cached_property
     def judge(self):
-        from specbench.models.loading import load_causal_lm, resolve_device
+        from specbench.devices import resolve_device
+        from specbench.models.loading import load_causal_lm
 
         cfg = ModelConfig(name="judge", name_or_path=self.cfg.judge, chat_template=True)
         return load_causal_lm(cfg, "task.judge", resolve_device("auto"), "auto")

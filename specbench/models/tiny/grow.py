@@ -33,8 +33,17 @@ projections cost a dense matmul what any matrix costs (no kernel here inspects v
 
 The growth of a float32 model is exact up to the order of float32 sums (tests: logits within
 `REORDERED`, the same greedy tokens). Grown checkpoints are built on first use from the committed
-ones, in float32, and cached under `$SPECBENCH_CACHE` keyed by the source checkpoint's and this
-module's hashes; the presets load them in bfloat16.
+ones and cached under `$SPECBENCH_CACHE` keyed by the source checkpoint's and this module's
+hashes; the presets load them in bfloat16. Two worlds are grown (docs/tiny-world.md):
+
+- the **xl world** (`tiny-xl`, 192M parameters): built on the CPU and saved in float32;
+- the **GPU world** (`tiny-8b`, 7.6B; `tiny-dlm-8b`, 7.0B): the cost shape of the papers' 7-8B
+  targets, built in float32 on a CUDA device where there is one (a CPU would take an hour),
+  checked there against its source, and saved in bfloat16 (15 GB, not 30). Its rehearsal
+  (`tiny-8b-rehearsal`, ...) is the same code at a CPU's size.
+
+Every build decodes a few tiny_code prompts greedily with the grown model in float32 and with its
+source, and records in `growth.json` how many came out identical (`check`).
 """
 
 from __future__ import annotations
@@ -42,8 +51,10 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from functools import cached_property
+from itertools import chain
 from pathlib import Path
 
 import torch
@@ -67,13 +78,43 @@ class Growth:
     seed: int = 0
 
 
-# The shipped xl models: tiny-xl 192M parameters (tiny: 8.7M), tiny-dlm-xl 177M (tiny-dlm: 0.9M).
+@dataclass(frozen=True)
+class Grown:
+    """A built-in grown from a committed checkpoint, and how it is built and saved."""
+
+    source: str  # the committed checkpoint it grows
+    growth: Growth
+    saved: torch.dtype = torch.float32  # the dtype of its saved weights
+    on_gpu: bool = False  # built on a CUDA device where there is one
+
+
+# The xl world: tiny-xl 192M parameters (tiny: 8.7M), tiny-dlm-xl 177M (tiny-dlm: 0.9M).
 XL = {
-    "tiny-xl": ("tiny", Growth(width=5, heads=5, mlp=5)),
-    "tiny-dlm-xl": ("tiny-dlm", Growth(width=12, heads=12, mlp=12, depth=3)),
+    "tiny-xl": Grown("tiny", Growth(width=5, heads=5, mlp=5)),
+    "tiny-dlm-xl": Grown("tiny-dlm", Growth(width=12, heads=12, mlp=12, depth=3)),
 }
+# The GPU world, multi-head attention as Llama-2-7B's and LLaDA-8B's: tiny-8b 7.56B parameters
+# (d 4160, 65 heads of 64, MLP 11232, 36 layers: Qwen3-8B's depth), tiny-dlm-8b 7.03B (d 4096,
+# 64 heads of 64, MLP 12384, 32 layers: LLaDA-8B's width and depth).
+GPU_BUILD = {"saved": torch.bfloat16, "on_gpu": True}
+GPU = {
+    "tiny-8b": Grown("tiny", Growth(width=13, heads=13, mlp=13, depth=6), **GPU_BUILD),
+    "tiny-dlm-8b": Grown("tiny-dlm", Growth(width=32, heads=32, mlp=36, depth=16), **GPU_BUILD),
+}
+# The GPU world's rehearsal: the same build, saving and presets at a size a CPU runs in seconds.
+REHEARSAL = {
+    "tiny-8b-rehearsal": Grown("tiny", Growth(width=2, heads=2, mlp=2, depth=2), **GPU_BUILD),
+    "tiny-dlm-8b-rehearsal": Grown(
+        "tiny-dlm", Growth(width=2, heads=2, mlp=2, depth=2), **GPU_BUILD
+    ),
+}
+GROWN = {**XL, **GPU, **REHEARSAL}
 # A drafter that reads a grown target's hidden states grows with the target's residual map.
-XL_DRAFTERS = {"tiny-dflash-xl": ("tiny-dflash", "tiny-xl")}
+GROWN_DRAFTERS = {
+    "tiny-dflash-xl": ("tiny-dflash", "tiny-xl"),
+    "tiny-dflash-8b": ("tiny-dflash", "tiny-8b"),
+    "tiny-dflash-8b-rehearsal": ("tiny-dflash", "tiny-8b-rehearsal"),
+}
 
 
 @dataclass(frozen=True)
@@ -99,22 +140,27 @@ class Residual:
         q[torch.arange(len(self.group)), self.group] = self.vector
         return q
 
+    def on(self, weight: Tensor) -> Tensor:
+        """Q where `weight` lives (a GPU world grows on the GPU)."""
+        return self.matrix.to(weight.device)
+
     def embed(self, weight: Tensor) -> Tensor:
         """Rows that are stream vectors (embeddings): [rows, d] -> [rows, D]."""
-        return (weight.double() @ self.matrix.T).to(weight.dtype)
+        return (weight.double() @ self.on(weight).T).to(weight.dtype)
 
     def read(self, weight: Tensor) -> Tensor:
         """A linear that reads the stream: [out, d] -> [out, D]."""
-        return (weight.double() @ self.matrix.T / self.width).to(weight.dtype)
+        return (weight.double() @ self.on(weight).T / self.width).to(weight.dtype)
 
     def write(self, weight: Tensor) -> Tensor:
         """A linear that writes the stream: [d, in] -> [D, in]."""
-        return (self.matrix @ weight.double()).to(weight.dtype)
+        return (self.on(weight) @ weight.double()).to(weight.dtype)
 
     def norm(self, weight: Tensor, head: bool = False) -> Tensor:
         """An RMSNorm's weight, the source's per group; before an LM head that reads the
         embeddings (tied, or a drafter's on the target's), divided by the width."""
-        return (weight.double()[self.group] / (self.width if head else 1)).to(weight.dtype)
+        grown = weight.double()[self.group.to(weight.device)]
+        return (grown / (self.width if head else 1)).to(weight.dtype)
 
 
 @dataclass(frozen=True)
@@ -138,13 +184,15 @@ class Copies:
 
     def rows(self, weight: Tensor, size: int, factor: Tensor) -> Tensor:
         """[n size, in] -> [n m size, in]: each copy's rows, times its factor."""
-        units = weight.double().view(-1, size, weight.shape[1])[self.source]
-        return (units * factor[:, None, None]).reshape(-1, weight.shape[1]).to(weight.dtype)
+        units = weight.double().view(-1, size, weight.shape[1])[self.source.to(weight.device)]
+        scaled = units * factor.to(weight.device)[:, None, None]
+        return scaled.reshape(-1, weight.shape[1]).to(weight.dtype)
 
     def cols(self, weight: Tensor, size: int, factor: Tensor) -> Tensor:
         """[out, n size] -> [out, n m size]: each copy's columns, times its factor."""
-        units = weight.double().view(weight.shape[0], -1, size)[:, self.source]
-        return (units * factor[None, :, None]).reshape(weight.shape[0], -1).to(weight.dtype)
+        units = weight.double().view(weight.shape[0], -1, size)[:, self.source.to(weight.device)]
+        scaled = units * factor.to(weight.device)[None, :, None]
+        return scaled.reshape(weight.shape[0], -1).to(weight.dtype)
 
 
 @dataclass
@@ -180,13 +228,16 @@ def grow_block(block: Block, res: Residual, growth: Growth, head_dim: int, g) ->
 
 
 def silent_block(like: Block, g: torch.Generator) -> Block:
-    """A new layer shaped like `like`: dense random inputs, zero output projections."""
+    """A new layer shaped like `like`: dense random inputs, zero output projections (drawn on
+    `g`'s device: a GPU world's billions of draws on the GPU)."""
 
     def dense(t: Tensor) -> Tensor:
-        return torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.dtype) * t.std()
+        drawn = torch.randn(t.shape, generator=g, dtype=torch.float64, device=g.device)
+        return drawn.to(t.dtype) * t.std()
 
     def norm(t: Tensor) -> Tensor:
-        return torch.rand(t.shape, generator=g, dtype=torch.float64).to(t.dtype) + 0.5
+        drawn = torch.rand(t.shape, generator=g, dtype=torch.float64, device=g.device)
+        return drawn.to(t.dtype) + 0.5
 
     return Block(
         q=dense(like.q),
@@ -201,14 +252,20 @@ def silent_block(like: Block, g: torch.Generator) -> Block:
     )
 
 
-def grow_blocks(blocks: list[Block], res: Residual, growth: Growth, head_dim: int) -> list[Block]:
-    """Every source layer grown, each followed by `depth - 1` silent layers."""
+def grow_blocks(
+    blocks: list[Block], res: Residual, growth: Growth, head_dim: int
+) -> Iterator[Block]:
+    """Every source layer grown, each followed by `depth - 1` silent layers, one at a time (a
+    GPU world's layers are filled into its model as they are made, never all held twice). The
+    copies are drawn on the CPU, the silent layers' weights where the source lives."""
     g = torch.Generator().manual_seed(growth.seed + 1)
-    grown = []
+    device = blocks[0].q.device
+    silent = torch.Generator(device).manual_seed(growth.seed + 2)
     for block in blocks:
-        grown.append(grow_block(block, res, growth, head_dim, g))
-        grown.extend(silent_block(grown[-1], g) for _ in range(growth.depth - 1))
-    return grown
+        grown = grow_block(block, res, growth, head_dim, g)
+        yield grown
+        for _ in range(growth.depth - 1):
+            yield silent_block(grown, silent)
 
 
 def grown_layer(source_layer: int, growth: Growth) -> int:
@@ -256,36 +313,60 @@ def _blocks(state: dict[str, Tensor], prefix: str, n: int, names: dict[str, str]
     ]
 
 
-def _block_state(blocks: list[Block], prefix: str, names: dict[str, str]) -> dict[str, Tensor]:
-    return {
-        f"{prefix}{i}.{name}.weight": getattr(block, role)
-        for i, block in enumerate(blocks)
-        for role, name in names.items()
-    }
+def _layer_state(block: Block, prefix: str, names: dict[str, str]) -> dict[str, Tensor]:
+    return {f"{prefix}{name}.weight": getattr(block, role) for role, name in names.items()}
+
+
+def _layer_states(
+    blocks: Iterable[Block], prefix: str, names: dict[str, str]
+) -> Iterator[dict[str, Tensor]]:
+    """Each grown layer's part of the state dict, as it is made."""
+    for i, block in enumerate(blocks):
+        yield _layer_state(block, f"{prefix}{i}.", names)
+
+
+def _fill(model: PreTrainedModel, parts: Iterable[dict[str, Tensor]]) -> PreTrainedModel:
+    """`model` with its weights copied from `parts` one part at a time; every entry of its
+    state dict must come from some part."""
+    missing = set(model.state_dict())
+    for part in parts:
+        unexpected = model.load_state_dict(part, strict=False).unexpected_keys
+        if unexpected:
+            raise KeyError(f"grown weights the model has no place for: {unexpected}")
+        missing -= part.keys()
+    if missing:
+        raise KeyError(f"grown model weights left unset: {sorted(missing)}")
+    return model
+
+
+def _empty(cls: type, config: PretrainedConfig, like: PreTrainedModel) -> PreTrainedModel:
+    """A new model of `config` in `like`'s dtype, on its device, in eval mode."""
+    with torch.device(like.device):
+        return cls(config).to(like.dtype).eval()
 
 
 @torch.no_grad()
 def grow_llama(model: LlamaForCausalLM, growth: Growth) -> LlamaForCausalLM:
-    """A grown Llama computing the same function (tied embeddings stay tied)."""
+    """A grown Llama computing the same function (tied embeddings stay tied), on the source's
+    device and in its dtype."""
     c = model.config
     if c.num_key_value_heads != c.num_attention_heads:
         raise ValueError(
             "growth copies heads with their keys: grouped-query attention is not grown"
         )
-    d, state = c.hidden_size, model.state_dict()
-    res = Residual.draw(d, growth.width, growth.seed)
-    heads = {"num_key_value_heads": c.num_key_value_heads * growth.heads, "head_dim": c.head_dim}
-    config = LlamaConfig(**{**grown_config(c, growth), **heads})
-    blocks = grow_blocks(
-        _blocks(state, "model.layers.", c.num_hidden_layers, LLAMA), res, growth, c.head_dim
-    )
     if not c.tie_word_embeddings:
         raise ValueError(
             "growth keeps an LM head tied to the embeddings: untied heads are not grown"
         )
-    grown = LlamaForCausalLM(config).to(model.dtype).eval()
+    d, state = c.hidden_size, model.state_dict()
+    res = Residual.draw(d, growth.width, growth.seed)
+    heads = {"num_key_value_heads": c.num_key_value_heads * growth.heads, "head_dim": c.head_dim}
+    grown = _empty(LlamaForCausalLM, LlamaConfig(**{**grown_config(c, growth), **heads}), model)
+    blocks = grow_blocks(
+        _blocks(state, "model.layers.", c.num_hidden_layers, LLAMA), res, growth, c.head_dim
+    )
     ends = _tied_ends(res, state, "model.embed_tokens.weight", "model.norm.weight")
-    grown.load_state_dict({**_block_state(blocks, "model.layers.", LLAMA), **ends})
+    _fill(grown, chain(_layer_states(blocks, "model.layers.", LLAMA), [ends]))
     grown.generation_config = model.generation_config
     return grown
 
@@ -302,9 +383,16 @@ DLM = {
 }
 
 
+def _dlm_layer_states(blocks: Iterable[Block]) -> Iterator[dict[str, Tensor]]:
+    for i, block in enumerate(blocks):
+        qkv = {f"layers.{i}.qkv.weight": torch.cat([block.q, block.k, block.v])}
+        yield {**_layer_state(block, f"layers.{i}.", DLM), **qkv}
+
+
 @torch.no_grad()
 def grow_dlm(model: TinyDLM, growth: Growth) -> TinyDLM:
-    """A grown TinyDLM computing the same function (its head width is the source's)."""
+    """A grown TinyDLM computing the same function (its head width is the source's), on the
+    source's device and in its dtype."""
     c, state = model.config, model.state_dict()
     d, head_dim = c.hidden_size, c.hidden_size // c.num_attention_heads
     res = Residual.draw(d, growth.width, growth.seed)
@@ -317,12 +405,8 @@ def grow_dlm(model: TinyDLM, growth: Growth) -> TinyDLM:
         named = {role: state[f"layers.{i}.{name}.weight"] for role, name in DLM.items()}
         sources.append(Block(q=q, k=k, v=v, **named))
     blocks = grow_blocks(sources, res, growth, head_dim)
-    grown_state = _block_state(blocks, "layers.", DLM)
-    for i, block in enumerate(blocks):
-        grown_state[f"layers.{i}.qkv.weight"] = torch.cat([block.q, block.k, block.v])
-    grown = TinyDLM(config).to(model.dtype).eval()
-    grown.load_state_dict({**grown_state, **_tied_ends(res, state, "embed.weight", "norm.weight")})
-    return grown
+    ends = _tied_ends(res, state, "embed.weight", "norm.weight")
+    return _fill(_empty(TinyDLM, config, model), chain(_dlm_layer_states(blocks), [ends]))
 
 
 # DFlash drafters (the `dflash` package's Qwen3 layers): only the residual stream grows
@@ -357,17 +441,59 @@ def grow_dflash(drafter: PreTrainedModel, growth: Growth) -> PreTrainedModel:
         elif key == "fc.weight":
             value = res.write(torch.cat([res.read(w) for w in value.chunk(len(layers), 1)], 1))
         grown_state[key] = value
-    grown = DFlashDraftModel(config).to(drafter.dtype).eval()
-    grown.load_state_dict(grown_state)
-    return grown
+    return _fill(_empty(DFlashDraftModel, config, drafter), [grown_state])
 
 
 # The built-ins: grown from the committed checkpoints on first use
 
+CHECK_PROMPTS = 3  # tiny_code prompts every build decodes with the grown model and its source
+CHECK_TOKENS = 24  # greedy tokens each (a diffusion LM: masked positions after the prompt)
 
-def _provenance(out: Path, source: str, growth: Growth, grown: PreTrainedModel) -> None:
-    params = sum(p.numel() for p in grown.parameters())
-    record = {"source": f"specbench:{source}", "growth": asdict(growth), "parameters": params}
+
+def check_prompts(n: int = CHECK_PROMPTS) -> list[list[int]]:
+    """The first `n` tiny_code prompts as tiny's token ids."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")
+    lines = (paths.TINY_DIR / "tiny_code.jsonl").read_text().splitlines()[:n]
+    return [tokenizer(json.loads(line)["prompt"])["input_ids"] for line in lines]
+
+
+@torch.no_grad()
+def greedy_tokens(model: PreTrainedModel, ids: list[int]) -> list[int]:
+    """A causal LM's greedy continuation; a TinyDLM's argmax over `CHECK_TOKENS` masks after
+    the prompt, in one forward."""
+    prompt = torch.tensor([ids], device=model.device)
+    if isinstance(model, TinyDLM):
+        masks = torch.full((1, CHECK_TOKENS), model.config.mask_token_id, device=model.device)
+        logits = model(torch.cat([prompt, masks], 1)).logits
+        return logits[0, len(ids) :].argmax(-1).tolist()
+    out = model.generate(prompt, max_new_tokens=CHECK_TOKENS, do_sample=False, pad_token_id=1)
+    return out[0, len(ids) :].tolist()
+
+
+def check_growth(source: PreTrainedModel, grown: PreTrainedModel) -> dict:
+    """How many check prompts the grown model (float32, before it is saved) decodes to the
+    source's tokens: the growth's function preservation, measured where it was built."""
+    prompts = check_prompts()
+    same = sum(greedy_tokens(source, ids) == greedy_tokens(grown, ids) for ids in prompts)
+    return {"dtype": "float32", "prompts": len(prompts), "tokens": CHECK_TOKENS, "identical": same}
+
+
+def build_device(grown: Grown) -> torch.device:
+    return torch.device("cuda" if grown.on_gpu and torch.cuda.is_available() else "cpu")
+
+
+def _provenance(out: Path, grown: Grown, model: PreTrainedModel, **facts) -> None:
+    device = model.device
+    record = {
+        "source": f"specbench:{grown.source}",
+        "growth": asdict(grown.growth),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "saved_dtype": str(grown.saved).removeprefix("torch."),
+        "built_on": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        **facts,
+    }
     (out / "growth.json").write_text(json.dumps(record, indent=2) + "\n")
 
 
@@ -377,36 +503,44 @@ def _copy_tokenizer(source: Path, out: Path) -> None:
 
 
 def build_grown(name: str, out: Path) -> None:
-    """`tiny-xl` or `tiny-dlm-xl`, in float32, with the source's tokenizer."""
-    source, growth = XL[name]
-    src_dir = paths.TINY_DIR / source
-    if source == "tiny-dlm":
-        grown = grow_dlm(TinyDLM.from_pretrained(src_dir, dtype=torch.float32), growth)
-    else:
-        grown = grow_llama(LlamaForCausalLM.from_pretrained(src_dir, dtype=torch.float32), growth)
-    grown.save_pretrained(out)
+    """A grown target (`GROWN[name]`) with its source's tokenizer: grown in float32 on its
+    build device, checked against its source there, saved in its dtype."""
+    grown = GROWN[name]
+    src_dir = paths.TINY_DIR / grown.source
+    cls, grow = (
+        (TinyDLM, grow_dlm) if grown.source == "tiny-dlm" else (LlamaForCausalLM, grow_llama)
+    )
+    source = cls.from_pretrained(src_dir, dtype=torch.float32).to(build_device(grown)).eval()
+    model = grow(source, grown.growth)
+    check = check_growth(source, model)
+    model.to(grown.saved).save_pretrained(out)
     _copy_tokenizer(src_dir, out)
-    _provenance(out, source, growth, grown)
+    _provenance(out, grown, model, check=check)
+    del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # the next built-in (a second 7B model) gets the whole device
 
 
 def build_grown_dflash(name: str, out: Path) -> None:
+    """A DFlash drafter grown with its target's residual map, on the target's build device, in
+    the target's saved dtype."""
     from dflash.model import DFlashDraftModel
 
-    source, target = XL_DRAFTERS[name]
-    growth = XL[target][1]
+    source, target = GROWN_DRAFTERS[name]
+    grown = GROWN[target]
     src = DFlashDraftModel.from_pretrained(paths.TINY_DIR / source, dtype=torch.float32)
-    grown = grow_dflash(src, growth)
-    grown.save_pretrained(out)
-    _provenance(out, source, growth, grown)
+    model = grow_dflash(src.to(build_device(grown)), grown.growth)
+    model.to(grown.saved).save_pretrained(out)
+    _provenance(out, Grown(source, grown.growth, grown.saved, grown.on_gpu), model)
 
 
 def _register() -> None:
-    for name, (source, _) in XL.items():
-        register_builtin_model(name, sources=(paths.TINY_DIR / source,))(
+    for name, grown in GROWN.items():
+        register_builtin_model(name, sources=(paths.TINY_DIR / grown.source,))(
             lambda out, name=name: build_grown(name, out)
         )
-    for name, (source, target) in XL_DRAFTERS.items():
-        sources = (paths.TINY_DIR / source, paths.TINY_DIR / XL[target][0])
+    for name, (source, target) in GROWN_DRAFTERS.items():
+        sources = (paths.TINY_DIR / source, paths.TINY_DIR / GROWN[target].source)
         register_builtin_model(name, sources=sources)(
             lambda out, name=name: build_grown_dflash(name, out)
         )
