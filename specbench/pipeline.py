@@ -6,6 +6,8 @@ only once the config has composed: it imports torch and transformers."""
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -265,10 +267,18 @@ def prepare(cfg: DictConfig, loaded: TaskSamples | None = None) -> Plan:
     )
 
 
+# Models kept from the previous cell of this process, by what made them (a sweep's cells in
+# one process, the GPU world's check): loaded and compiled once while consecutive cells ask for
+# them, released as soon as a cell does not. Decoders read models' counters as differences and
+# reset their caches per generation, so a kept model decodes as a fresh one.
+RESIDENT: dict[tuple, Any] = {}
+
+
 def load_models(plan: Plan) -> tuple[Any, Any]:
     """The target and, if the method takes one, the drafter, each loaded by its kind on the
     run's device; under the compiled engine each through its kind's compile hook, the target
-    capturing the layers the drafter reads."""
+    capturing the layers the drafter reads. Models the previous cell left (`RESIDENT`) are
+    reused; the rest of what it left is released before anything loads."""
     config = plan.config
     if config.run.threads:
         torch.set_num_threads(config.run.threads)
@@ -276,19 +286,48 @@ def load_models(plan: Plan) -> tuple[Any, Any]:
     if plan.method.drafter_kind is not None:
         roles["drafter"] = config.drafter
     kinds = {key: kind_of(cfg) for key, cfg in roles.items()}
-    models = {
-        key: kinds[key].load(cfg, key, plan.device, kinds[key].dtype(cfg, config))
+    dtypes = {key: kinds[key].dtype(cfg, config) for key, cfg in roles.items()}
+    loads = {
+        key: (kinds[key].name, repr(cfg), str(plan.device), dtypes[key])
         for key, cfg in roles.items()
     }
-    if config.run.engine == "compiled":
-        reads = (
-            kinds["drafter"].reads_target_layers(models["drafter"]) if "drafter" in kinds else ()
+    _release(lambda kept: kept[:4] in loads.values())
+    models = {
+        key: _resident(
+            loads[key], lambda key=key: kinds[key].load(roles[key], key, plan.device, dtypes[key])
         )
-        length, trees = longest_sequence(plan), plan.method.drafts_trees()
-        for key in roles:
-            layers = reads if key == "target" else ()
-            models[key] = kinds[key].compile(models[key], length, layers, trees)
+        for key in roles
+    }
+    if config.run.engine != "compiled":
+        _release(lambda kept: kept in loads.values())
+        return models["target"], models.get("drafter")
+    reads = kinds["drafter"].reads_target_layers(models["drafter"]) if "drafter" in kinds else ()
+    length, trees = longest_sequence(plan), plan.method.drafts_trees()
+    shapes = {key: (length, tuple(reads) if key == "target" else (), trees) for key in roles}
+    builds = {key: (*loads[key], *shapes[key]) for key in roles}
+    _release(lambda kept: kept in loads.values() or kept in builds.values())
+    for key in roles:
+        models[key] = _resident(
+            builds[key], lambda key=key: kinds[key].compile(models[key], *shapes[key])
+        )
     return models["target"], models.get("drafter")
+
+
+def _resident(key: tuple, make: Callable[[], Any]) -> Any:
+    if key not in RESIDENT:
+        RESIDENT[key] = make()
+    return RESIDENT[key]
+
+
+def _release(keep: Callable[[tuple], bool]) -> None:
+    """Drop the kept models `keep` rejects, and give their memory back."""
+    dropped = [key for key in RESIDENT if not keep(key)]
+    for key in dropped:
+        del RESIDENT[key]
+    if dropped:
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 def longest_sequence(plan: Plan) -> int:

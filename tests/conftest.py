@@ -24,7 +24,7 @@ from specbench.config import ModelConfig
 from specbench.models.causal import CausalLM
 from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.models.loading import load_causal_lm, load_diffusion_lm
-from specbench.pipeline import execute, prepare
+from specbench.pipeline import RESIDENT, execute, prepare
 from specbench.registry import discover
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -146,3 +146,9 @@ class Swallows:
         for _ in range(100_000):
             pass
 """
+
+
+@pytest.fixture(autouse=True)
+def fresh_models() -> None:
+    """Each test loads its own models: none kept from another test's cells (`RESIDENT`)."""
+    RESIDENT.clear()
