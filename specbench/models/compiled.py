@@ -27,6 +27,7 @@ torch 2.13's compiled in-place cache update reads stale keys (logits off by up t
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import time
 
@@ -48,6 +49,8 @@ CACHE_ROUNDING = 64  # static caches are sized in multiples of this many positio
 # graphs one compiled diffusion model may build (cache or none, one row or a batch, a mask or
 # none) before dynamo runs it eagerly
 RECOMPILE_LIMIT = 16
+# graphs all compiled models share per forward's code where torch cannot isolate them
+SHARED_RECOMPILE_LIMIT = 64
 
 
 def static_length(positions: int) -> int:
@@ -91,14 +94,26 @@ def compile_forward(forward, device: torch.device, dynamic: bool = False):
     graphs. `dynamic`: symbolic shapes, and no CUDA graphs (one per shape would be captured)."""
     use_inductor_cache()
     if device.type == "cuda" and not dynamic:
-        return torch.compile(forward, mode="reduce-overhead", isolate_recompiles=True)
+        return torch.compile(forward, mode="reduce-overhead", **isolated())
     return torch.compile(
         forward,
         dynamic=dynamic or None,
         options={"cpp_wrapper": device.type == "cpu"},
-        isolate_recompiles=True,
-        recompile_limit=RECOMPILE_LIMIT if dynamic else None,
+        **isolated(RECOMPILE_LIMIT if dynamic else None),
     )
+
+
+def isolated(recompile_limit: int | None = None) -> dict:
+    """`torch.compile`'s arguments for graphs of their own and a recompile limit of their own
+    (torch 2.13). An older torch, as a lent GPU machine's image may carry, shares the graphs of
+    one forward's code among its compiled models: there, dynamo's global limit is raised to hold
+    them all (every model's graphs are built in warm-up, so none is left to run eagerly)."""
+    if "isolate_recompiles" in inspect.signature(torch.compile).parameters:
+        return {"isolate_recompiles": True, "recompile_limit": recompile_limit}
+    torch._dynamo.config.recompile_limit = max(
+        torch._dynamo.config.recompile_limit, SHARED_RECOMPILE_LIMIT
+    )
+    return {}
 
 
 def settled(warm: bool):
@@ -112,7 +127,9 @@ def settled(warm: bool):
 
 def compile_diffusion(lm: object) -> None:
     """Compile a masked-diffusion adapter's hot model methods in place: the adapter and every
-    decoder over it call them as before."""
+    decoder over it call them as before. Once: a model kept for the next cell is compiled."""
+    if lm.compiled:
+        return
     for name in lm.hot_methods:
         setattr(lm.model, name, compile_forward(getattr(lm.model, name), lm.device, dynamic=True))
     lm.compiled = True
