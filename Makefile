@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 DEMO_ARGS ?=
 BENCH_ARGS ?= --size base --threads 1
 
-.PHONY: install demo test test-slow vllm test-vllm lint bench tiny figures clean
+.PHONY: install demo test test-slow vllm test-vllm gpu-wheels lint bench tiny figures clean
 
 install: $(VENV)/.installed
 
@@ -52,6 +52,18 @@ $(VLLM_VENV)/.installed:
 # The tests that run real vLLM servers on the tiny world (pytest -m vllm); CI runs them last.
 test-vllm: install vllm
 	$(BIN)/pytest -q -m vllm
+
+# The GPU world's device check (tools/gpu_world.sh) runs in a lent GPU machine's image, which has
+# torch and most dependencies but no internet: the rest travel as wheels in .whl/, at the versions
+# this environment tested (CPython 3.12 there; antlr4's runtime ships only a source archive).
+GPU_WHEELS := transformers|tokenizers|regex|hydra-core|omegaconf|dflash
+gpu-wheels: install
+	mkdir -p .whl
+	$(PY) -m pip freeze | grep -iE '^($(GPU_WHEELS))==' > .whl/requirements.txt
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+		--implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 -d .whl -r .whl/requirements.txt
+	$(PY) -m pip wheel -q --no-deps -w .whl "$$($(PY) -m pip freeze | grep -i '^antlr4-python3-runtime==')"
 
 lint: install
 	$(BIN)/ruff check specbench tests benchmarks tools
