@@ -1,16 +1,18 @@
-"""The machine class every result carries: the matrix ISA from the CPU's flags, the short
-label reports group by, this machine's description in env.json, and the class of a run written
-before the field existed."""
+"""What env.json says of the machine and the code: the matrix ISA from the CPU's flags, the
+short class reports group by, this machine's description, the class of a run written before
+the field existed, and `git_dirty` as a change to the code that ran."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
 
 from specbench import paths
-from specbench.results.env import environment, fingerprint
+from specbench.results.env import code_dirty, environment, fingerprint
 from specbench.results.machine import Machine, matrix_isa, of_env
 
 
@@ -63,3 +65,34 @@ def test_a_committed_env_json_reads_as_what_it_recorded() -> None:
         env = json.loads(path.read_text())
         want = f"cpu {short[env['cpu']]} (isa unrecorded) {env['cpu_count']}c"
         assert of_env(env).label() == want, path
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_git_dirty_means_the_code_that_ran_differed_from_the_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rewritten result file leaves the code clean; an edited module or a new config file
+    (which the run would read) makes it dirty."""
+    for name in ("specbench/x.py", "results/r.json", "conf/c.yaml"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("0\n")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-qm", "code and results")
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
+    (tmp_path / "results" / "r.json").write_text("1\n")
+    (tmp_path / "results" / "new.json").write_text("1\n")
+    assert not code_dirty()
+    (tmp_path / "conf" / "new.yaml").write_text("1\n")
+    assert code_dirty()
+    (tmp_path / "conf" / "new.yaml").unlink()
+    (tmp_path / "specbench" / "x.py").write_text("1\n")
+    assert code_dirty()

@@ -220,6 +220,30 @@ def test_one_cell_on_two_machine_classes_shows_twice_and_is_never_averaged(
     assert f"_{amx}_" in printed  # the table's foot names its machine class
 
 
+def test_figures_name_each_run_made_by_dirty_code_in_one_line(tmp_path: Path, capsys) -> None:
+    """A figure drawn from two runs, one whose env.json says its code differed from its
+    commit: one warning line naming that run, and the figure is still written."""
+    results, specs = tmp_path / "results", tmp_path / "specs"
+    sps, ar = {"method": "sps", "method.gamma": 4}, {"method": "ar"}
+    dirty = write_run(results, sps, [record(0, 10, 1, 4, 2, 0.5)])
+    clean = write_run(results, ar, [record(0, 10, 2, 10, 2, 0.5)])
+    for run_id, flag in ((dirty, True), (clean, False)):
+        env = {"git_commit": "0123456789abcdef", "git_dirty": flag}
+        (results / "adhoc" / run_id / "env.json").write_text(json.dumps(env))
+    specs.mkdir()
+    spec = {"name": "both", "kind": "leaderboard", "task": "tiny_code", "speed": "speedup"}
+    spec.update(quality="nll", cells=[{"method": ["sps", "ar"]}], commands=[])
+    (specs / "both.yaml").write_text(yaml.safe_dump(spec))
+    out = tmp_path / "out"
+    args = ["--results", str(results), "--out", str(out), "figures", "--specs", str(specs)]
+    assert cli.main(args) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"specbench-report: warning: {results / 'adhoc' / dirty} ran code that differed from "
+        "commit 01234567 (its env.json's git_dirty); rerun it from a clean tree"
+    ]
+    assert (out / "both.md").exists()
+
+
 def test_committed_runs_without_a_machine_field_read_as_what_they_recorded() -> None:
     """The reference runs predate the machine class: each reads as its env.json's CPU and
     cores, the ISA said unrecorded, and the files are read, not rewritten."""

@@ -104,6 +104,14 @@ def run(argv: list[str] | None) -> int:
         except figures.MissingCells as err:
             print(f"specbench-report: {err}", file=sys.stderr)
             return 2
+        from specbench.report.load import dirty_runs
+
+        for run_dir, commit in dirty_runs(args.results):
+            print(
+                f"specbench-report: warning: {run_dir} ran code that differed from commit "
+                f"{commit} (its env.json's git_dirty); rerun it from a clean tree",
+                file=sys.stderr,
+            )
     else:
         from specbench.report.load import by_machine, higher_is_better, load_runs
 

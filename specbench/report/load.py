@@ -139,6 +139,20 @@ def load_runs(root: str | Path) -> pd.DataFrame:
     return frame.sort_values(["task", "method", "cell"]).reset_index(drop=True)
 
 
+def dirty_runs(root: str | Path) -> list[tuple[Path, str]]:
+    """The run directories under `root`, with their commits, whose env.json says the code that
+    made them differed from that commit (`git_dirty`): no one can name the code behind them."""
+    found = []
+    for path in sorted(Path(root).glob("**/env.json")):
+        try:
+            env = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise ReportError(f"{path}: not a readable env.json ({err})") from None
+        if env.get("git_dirty"):
+            found.append((path.parent, (env.get("git_commit") or "unknown")[:8]))
+    return found
+
+
 def marker(method: str) -> str:
     """The method's own plot marker."""
     discover()

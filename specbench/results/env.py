@@ -77,11 +77,21 @@ def machine(device: torch.device) -> Machine:
     )
 
 
+# what a run executes: the package, its configs and the build files (results are not code)
+CODE_PATHS = ("specbench", "conf", "pyproject.toml", "Makefile", "benchmarks", "tools")
+
+
+def code_dirty() -> bool:
+    """Whether the code that runs differs from the commit: a change to `CODE_PATHS`, or a new
+    file there (a module the registry would discover); rewritten result files do not count."""
+    return bool(_cmd(["git", "status", "--porcelain", "--", *CODE_PATHS]))
+
+
 def environment(device: torch.device, config_hash: str) -> dict[str, Any]:
     return {
         "specbench": __version__,
         "git_commit": _cmd(["git", "rev-parse", "HEAD"]),
-        "git_dirty": bool(_cmd(["git", "status", "--porcelain", "--untracked-files=no"])),
+        "git_dirty": code_dirty(),
         "config_hash": config_hash,
         "python": platform.python_version(),
         "torch": torch.__version__,
