@@ -178,15 +178,19 @@ def running(job: Job) -> dict[str, Decoder]:
     return {k: v for k, v in arms.items() if v is not None}
 
 
-def warm_up(job: Job, store: RunStore) -> float:
+def warm_up(job: Job, store: RunStore) -> tuple[float, list[Record]]:
     """`run.warmup` untimed decodes of every arm on the samples still to do; returns their
-    seconds (under the compiled engine they build a diffusion model's graphs)."""
+    seconds (under the compiled engine they build a diffusion model's graphs) and their
+    records, whose acceptance the cost model reads before the timed arms (`pipeline.foresee`;
+    none for another engine's arms, whose records measure ties)."""
     todo = [s for s in job.samples if s.id not in store.done]
-    started = time.perf_counter()
+    started, records = time.perf_counter(), []
     for i in range(job.run.warmup if todo else 0):
-        for decoder in running(job).values():
-            decode(job, decoder, todo[i % len(todo)])
-    return time.perf_counter() - started
+        sample = todo[i % len(todo)]
+        decoded = {name: decode(job, decoder, sample) for name, decoder in running(job).items()}
+        if not job.arms.measure_ties:
+            records.append(record(job, sample, decoded))
+    return time.perf_counter() - started, records
 
 
 WAVE = 4  # a concurrent wave holds this many samples per request in flight

@@ -7,6 +7,7 @@ only once the config has composed: it imports torch and transformers."""
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
@@ -23,6 +24,7 @@ from specbench.devices import check_device, resolve_device
 from specbench.errors import ConfigError
 from specbench.evaluate import Arms, Job, evaluate, warm_up
 from specbench.method import Method
+from specbench.metrics import cost
 from specbench.metrics.summary import summarize
 from specbench.models import compiled, loading
 from specbench.models.kinds import ModelKind
@@ -30,6 +32,7 @@ from specbench.registry import METHODS, MODEL_KINDS, discover
 from specbench.results.console import print_summary
 from specbench.results.env import environment, fingerprint
 from specbench.results.machine import of_env
+from specbench.results.record import Record
 from specbench.results.store import RunStore, config_hash
 from specbench.results.summary import CEILING, Summary
 from specbench.results.wandb import WandbMirror
@@ -447,6 +450,27 @@ def vllm_drafter(config: Config, method: Method) -> str | None:
     return loading.resolve(config.drafter, "drafter") if method.drafter_kind else None
 
 
+def foresee(plan: Plan, job: Job, warmed: list[Record], env: dict[str, Any]) -> None:
+    """Before the timed arms: where the cost model, from the warm-up's acceptance and forward
+    costs timed now, predicts a slowdown on this machine, one line on stderr says so and why;
+    the run goes on (a cell that cannot pay here is still a measurement)."""
+    method = plan.method
+    if not warmed or plan.config.run.backend == VLLM:
+        return
+    metrics = summarize(warmed, greedy=method.warp.greedy, round_unit=method.round_unit)
+    if not metrics.speedup:  # no baseline arm: the block model compares with it
+        return
+    model = method.cost_model(job.arms.method, plan.prompt_ids[warmed[0].id], metrics)
+    if model and model["predicted_speedup"] < 1:
+        dtype = str(job.target.model.dtype).removeprefix("torch.")
+        print(
+            f"specbench: warning: predicted {model['predicted_speedup']:.2f}x before timing: "
+            f"{cost.why_slow(model['forward_ms'])} on {of_env(env).label()} ({dtype}); "
+            "timing it anyway",
+            file=sys.stderr,
+        )
+
+
 def measure_arms(plan: Plan, target: Any, arms: Arms, engine: dict) -> Summary:
     config, method = plan.config, plan.method
     stop = Stop(
@@ -466,8 +490,10 @@ def measure_arms(plan: Plan, target: Any, arms: Arms, engine: dict) -> Summary:
     )
     env = environment(plan.device, config_hash(plan.identity))
     env["engine"] = engine
-    env["warm_up_s"] = round(warm_up(job, plan.store), 2)
+    seconds, warmed = warm_up(job, plan.store)
+    env["warm_up_s"] = round(seconds, 2)
     plan.store.write_json("env.json", env)
+    foresee(plan, job, warmed, env)
     mirror = WandbMirror(
         plan.identity["logging"]["wandb"],
         plan.store,

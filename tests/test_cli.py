@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -117,6 +118,11 @@ def test_multirun_over_two_methods_writes_one_run_dir_each(tmp_path: Path) -> No
     sps = json.loads((dirs[1] / "summary.json").read_text())
     assert sps["tau"] > 1.0 and sps["nfe_drafter"] > 0
     assert "speedup" in out  # the summary table was printed
+    # random drafters, low acceptance: before its timed arms SpS says it will lose, and why
+    [warning] = [line for line in said(err) if "warning: predicted" in line]
+    assert warning.startswith("specbench: warning: predicted 0.")
+    assert re.search(r"verifying \d+ tokens costs [\d.]+ target steps, a drafter call", warning)
+    assert f"on {machine.label()} (float" in warning
     # W&B mirrored offline without a line of its own (run summary, sync hints) on the console
     assert not [line for line in (out + err).splitlines() if line.startswith("wandb:")]
 

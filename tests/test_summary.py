@@ -249,6 +249,15 @@ def test_the_cost_model_predicts_from_acceptance_and_forward_costs() -> None:
     assert verdict(predicted, predicted * 0.85)["prediction_flag"] is True
 
 
+def test_a_predicted_slowdown_says_what_the_forwards_cost_in_target_steps() -> None:
+    from specbench.metrics.cost import why_slow
+
+    verify = {"target_1": 27.6, "target_5": 85.6, "drafter_call": 1.8}
+    assert why_slow(verify) == "verifying 5 tokens costs 3.1 target steps, a drafter call 0.07"
+    rows = {"call_1_row": 25.0, "call_4_rows": 60.0}
+    assert why_slow(rows) == "a call over 4 rows costs 2.4 one-row calls"
+
+
 def test_rounds_that_drafted_nothing_are_in_the_histogram_not_in_vllms_rates() -> None:
     """DFlash's first round is the target's prefill alone (0 drafted): a round of the
     histogram's bin 0, but not a draft vLLM's per-position rate counts."""

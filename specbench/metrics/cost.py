@@ -66,6 +66,21 @@ def verdict(predicted: float, measured: float | None) -> dict[str, Any]:
     }
 
 
+def why_slow(forward_ms: dict[str, float]) -> str:
+    """What makes a predicted slowdown, in words: what a verification (or a call over the
+    method's rows) costs in target steps (one-row calls), and a drafter call."""
+    if "target_1" not in forward_ms:
+        rows = next(k for k in forward_ms if k != "call_1_row")
+        ratio = forward_ms[rows] / forward_ms["call_1_row"]
+        return f"a call over {rows.split('_')[1]} rows costs {ratio:.1f} one-row calls"
+    step = forward_ms["target_1"]
+    verify = next(k for k in forward_ms if k.startswith("target_") and k != "target_1")
+    return (
+        f"verifying {verify.split('_')[1]} tokens costs {forward_ms[verify] / step:.1f} target "
+        f"steps, a drafter call {forward_ms['drafter_call'] / step:.2f}"
+    )
+
+
 def speculative(
     decoder: Any,
     prompt_ids: list[int],
