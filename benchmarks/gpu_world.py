@@ -24,7 +24,7 @@ import argparse
 import csv
 import json
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -32,12 +32,13 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from specbench import paths
+from specbench.backends.specbench import Specbench
 from specbench.config import ENGINES, ModelConfig
 from specbench.metrics.cost import median_ms
 from specbench.metrics.speed import synchronize
 from specbench.models import compiled
 from specbench.models.loading import load_causal_lm, load_diffusion_lm, resolve
-from specbench.pipeline import measure_arms, prepare, specbench_arms
+from specbench.pipeline import measure_arms, prepare
 from specbench.registry import discover
 from specbench.results.summary import Summary
 
@@ -215,10 +216,12 @@ def models_in(decoder: object, depth: int = 3) -> list[object]:
     return list(found.values())
 
 
-def time_model_calls(models: list[object], clock: dict, device: torch.device) -> None:
-    """Wrap each model call so its time (device synchronised) adds up in `clock`; a call made
-    inside another (`forward_tokens` calls `forward`) counts once."""
-    depth = [0]
+@contextmanager
+def model_calls_timed(models: list[object], clock: dict, device: torch.device):
+    """Each model call's time (device synchronised) added up in `clock` while inside; a call
+    made inside another (`forward_tokens` calls `forward`) counts once. The models are as they
+    were afterwards: the next cell may keep them (`backends.specbench.RESIDENT`)."""
+    depth, wrapped = [0], []
 
     def timed(call):
         def wrapper(*args, **kwargs):
@@ -239,19 +242,27 @@ def time_model_calls(models: list[object], clock: dict, device: torch.device) ->
     for model in models:
         for name in MODEL_CALLS:
             if hasattr(model, name):
+                wrapped.append((model, name, vars(model).get(name)))
                 setattr(model, name, timed(getattr(model, name)))
+    try:
+        yield
+    finally:
+        for model, name, own in reversed(wrapped):
+            if own is None:
+                delattr(model, name)
+            else:
+                setattr(model, name, own)
 
 
 def harness_overhead(plan, arms) -> float:
     """1 - model time / wall time over a few decodes of the method arm, its model calls timed,
     after the cell's measured arms: what the harness itself costs (a drafter loop compiled as
     one graph, as DFlash's, counts as model time only where it is called as a model)."""
-    clock = {"model_s": 0.0}
-    time_model_calls(models_in(arms.method), clock, plan.device)
-    wall = 0.0
-    for sample in plan.samples[:OVERHEAD_PROMPTS]:
-        prompt = plan.prompt_ids[sample.id]
-        wall += arms.method.generate(prompt, plan.max_new, torch.Generator()).wall_s
+    clock, wall = {"model_s": 0.0}, 0.0
+    with model_calls_timed(models_in(arms.method), clock, plan.device):
+        for sample in plan.samples[:OVERHEAD_PROMPTS]:
+            prompt = plan.prompt_ids[sample.id]
+            wall += arms.method.generate(prompt, plan.max_new, torch.Generator()).wall_s
     return 1 - clock["model_s"] / wall
 
 
@@ -261,7 +272,7 @@ def run_cell(cell: list[str], scale: Scale, out: Path) -> dict:
     with initialize_config_dir(str(paths.CONF_DIR), version_base="1.3"):
         plan = prepare(compose("config", overrides=chosen))
     with ExitStack() as servers:
-        target, arms, engine = specbench_arms(plan, servers)
+        target, arms, engine = Specbench().arms(plan, servers)
         summary = measure_arms(plan, target, arms, engine)
         overhead = harness_overhead(plan, arms)
     plan.store.close()

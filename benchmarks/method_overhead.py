@@ -28,9 +28,10 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from specbench import paths
+from specbench.backends.specbench import load_models
 from specbench.config import ENGINES
 from specbench.metrics.speed import synchronize
-from specbench.pipeline import load_models, prepare
+from specbench.pipeline import prepare
 from specbench.registry import discover
 
 DLM = ["target=tiny-dlm", "drafter=none", "method.prefix_cache=true"]

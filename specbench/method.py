@@ -10,7 +10,6 @@ marker. Adding a method is one module with one `Method` subclass registered with
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 from specbench.config import ModelConfig
@@ -29,7 +28,6 @@ class Method(ABC):
     Config: ClassVar[type]  # the dataclass its YAML is validated against
     target_kind: ClassVar[str] = "causal"  # causal | diffusion
     drafter_kind: ClassVar[str | None] = None  # causal | diffusion | dflash; None: no drafter
-    marker: ClassVar[str] = "x"  # its marker in Pareto plots
     # what one round's `drafted_per_round` / `accepted_per_round` count: "tokens" (drafted
     # tokens, so acceptance is a probability per token), "steps" (denoising steps of a
     # diffusion LLM, each committing one or more tokens), or None (no rounds)
@@ -38,8 +36,6 @@ class Method(ABC):
     baseline_name: ClassVar[str] = "the target's autoregressive decoding"
     # whether its drafts can be replaced by the target's own continuation (`run.oracle`)
     has_ceiling: ClassVar[bool] = False
-    # whether vLLM implements it (`run.backend=vllm`; `vllm_speculative_config` maps it)
-    runs_on_vllm: ClassVar[bool] = False
 
     def __init__(self, cfg: Any, warp: Warp):
         self.cfg, self.warp = cfg, warp
@@ -74,17 +70,6 @@ class Method(ABC):
     ) -> Decoder | None:
         """Its decoder with a perfect drafter (`run.oracle`), where `has_ceiling`; `simulated`
         forces its acceptance (`run.simulated_acceptance`)."""
-        return None
-
-    def vllm_speculative_config(self, drafter: str | None) -> dict | None:
-        """vLLM's `--speculative-config` for this config (None: plain decoding), `drafter`
-        the drafter's path or hub id; raises `ConfigError` on knobs vLLM does not have."""
-        return None
-
-    def vllm_drafts_at(self) -> Callable[[list[int]], bool] | None:
-        """Whether vLLM's proposer for this config drafts after a context (prompt and output
-        so far): vLLM records no step it drafted nothing for, so specbench places those steps
-        by this. None: it drafts at every step (a drafter model)."""
         return None
 
     def drafts_trees(self) -> bool:

@@ -6,9 +6,7 @@ only once the config has composed: it imports torch and transformers."""
 
 from __future__ import annotations
 
-import gc
 import sys
-from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -17,7 +15,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from specbench import paths
-from specbench.config import DTYPE_NAMES, VLLM, Config, ModelConfig, RunConfig, check_knobs
+from specbench.backends import Backend
+from specbench.config import DTYPE_NAMES, Config, ModelConfig, RunConfig, check_knobs
 from specbench.decoding.generation import Stop
 from specbench.decoding.warp import Warp
 from specbench.devices import check_device, resolve_device
@@ -26,17 +25,16 @@ from specbench.evaluate import Arms, Job, evaluate, warm_up
 from specbench.method import Method
 from specbench.metrics import cost
 from specbench.metrics.summary import summarize
-from specbench.models import compiled, loading
-from specbench.models.kinds import ModelKind
-from specbench.registry import METHODS, MODEL_KINDS, discover
+from specbench.models import loading
+from specbench.models.kinds import kind_of
+from specbench.registry import BACKENDS, METHODS, discover
 from specbench.results.console import print_summary
 from specbench.results.env import environment, fingerprint
 from specbench.results.machine import of_env
 from specbench.results.record import Record
 from specbench.results.store import RunStore, config_hash
-from specbench.results.summary import CEILING, Summary
+from specbench.results.summary import Summary
 from specbench.results.wandb import WandbMirror
-from specbench.serving import vllm
 from specbench.tasks.base import Sample, Task
 from specbench.tasks.load import TaskSamples, load_samples
 
@@ -77,12 +75,6 @@ def _check_model(cfg: Any, key: str) -> None:
         raise ConfigError(
             f"{key}.dtype", cfg.dtype, f"allowed: null (run.dtype), {', '.join(DTYPE_NAMES)}"
         )
-
-
-def kind_of(cfg: ModelConfig) -> ModelKind:
-    """The registered kind a model's YAML names (`validate` has checked it is the one its
-    method takes)."""
-    return MODEL_KINDS[cfg.kind]()
 
 
 def _check_engine(config: Config, method: Method) -> None:
@@ -132,26 +124,15 @@ def validate(config: Config) -> Method:
         _check_model(config.drafter, "drafter")
     _check_engine(config, method)
     _check_oracle(config, method)
-    _check_backend(config, method)
+    backend_of(config).check(config, method)
     return method
 
 
-def _check_backend(config: Config, method: Method) -> None:
-    """vLLM runs the methods it implements, on their own (no reference or ceiling arms);
-    requests in flight together need its batching engine."""
-    if config.run.backend != VLLM:
-        if config.run.concurrency > 1:
-            raise ConfigError(
-                "run.concurrency",
-                config.run.concurrency,
-                "needs run.backend=vllm (specbench's engine decodes one request at a time)",
-            )
-        return
-    if not method.runs_on_vllm:
-        runs = ", ".join(name for name in METHODS if METHODS[name].runs_on_vllm)
-        raise ConfigError("run.backend", VLLM, f"vLLM runs methods {runs}; not {method.name}")
-    if config.run.oracle:
-        raise ConfigError("run.oracle", True, "is specbench's own arm; use run.backend=specbench")
+def backend_of(config: Config) -> Backend:
+    """The registered backend `run.backend` names."""
+    if config.run.backend not in BACKENDS:
+        raise ConfigError("run.backend", config.run.backend, f"allowed: {', '.join(BACKENDS)}")
+    return BACKENDS[config.run.backend]()
 
 
 def _check_oracle(config: Config, method: Method) -> None:
@@ -244,9 +225,8 @@ def prepare(cfg: DictConfig, loaded: TaskSamples | None = None) -> Plan:
     if method.drafter_kind is None:  # a drafter the method does not take is not its identity
         config.drafter = ModelConfig(name="none", name_or_path=None, kind="none")
     tokenizer, contexts = check_models(config, method)
-    if config.run.backend == VLLM:
-        vllm.python_of(config.run)
-        method.vllm_speculative_config(vllm_drafter(config, method))
+    drafter = loading.resolve(config.drafter, "drafter") if method.drafter_kind else None
+    backend_of(config).prepare(config, method, drafter)
     task, samples, max_new = loaded or load_samples(config)
     method.check_task(task, samples)
     prompt_ids = {s.id: task.prompt_ids(tokenizer, s, config.target.chat_template) for s in samples}
@@ -268,82 +248,6 @@ def prepare(cfg: DictConfig, loaded: TaskSamples | None = None) -> Plan:
         device,
         store,
     )
-
-
-# Models kept from the previous cell of this process, by what made them (a sweep's cells in
-# one process, the GPU world's check): loaded and compiled once while consecutive cells ask for
-# them, released as soon as a cell does not. Decoders read models' counters as differences and
-# reset their caches per generation, so a kept model decodes as a fresh one.
-RESIDENT: dict[tuple, Any] = {}
-
-
-def load_models(plan: Plan) -> tuple[Any, Any]:
-    """The target and, if the method takes one, the drafter, each loaded by its kind on the
-    run's device; under the compiled engine each through its kind's compile hook, the target
-    capturing the layers the drafter reads. Models the previous cell left (`RESIDENT`) are
-    reused; the rest of what it left is released before anything loads."""
-    config = plan.config
-    if config.run.threads:
-        torch.set_num_threads(config.run.threads)
-    roles = {"target": config.target}
-    if plan.method.drafter_kind is not None:
-        roles["drafter"] = config.drafter
-    kinds = {key: kind_of(cfg) for key, cfg in roles.items()}
-    dtypes = {key: kinds[key].dtype(cfg, config) for key, cfg in roles.items()}
-    loads = {
-        key: (kinds[key].name, repr(cfg), str(plan.device), dtypes[key])
-        for key, cfg in roles.items()
-    }
-    _release(lambda kept: kept[:4] in loads.values())
-    models = {
-        key: _resident(
-            loads[key], lambda key=key: kinds[key].load(roles[key], key, plan.device, dtypes[key])
-        )
-        for key in roles
-    }
-    if config.run.engine != "compiled":
-        _release(lambda kept: kept in loads.values())
-        return models["target"], models.get("drafter")
-    reads = kinds["drafter"].reads_target_layers(models["drafter"]) if "drafter" in kinds else ()
-    length, trees = longest_sequence(plan), plan.method.drafts_trees()
-    shapes = {key: (length, tuple(reads) if key == "target" else (), trees) for key in roles}
-    builds = {key: (*loads[key], *shapes[key]) for key in roles}
-    _release(lambda kept: kept in loads.values() or kept in builds.values())
-    for key in roles:
-        models[key] = _resident(
-            builds[key], lambda key=key: kinds[key].compile(models[key], *shapes[key])
-        )
-    return models["target"], models.get("drafter")
-
-
-def _resident(key: tuple, make: Callable[[], Any]) -> Any:
-    if key not in RESIDENT:
-        RESIDENT[key] = make()
-    return RESIDENT[key]
-
-
-def _release(keep: Callable[[tuple], bool]) -> None:
-    """Drop the kept models `keep` rejects, and give their memory back."""
-    dropped = [key for key in RESIDENT if not keep(key)]
-    for key in dropped:
-        del RESIDENT[key]
-    if dropped:
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-
-
-def longest_sequence(plan: Plan) -> int:
-    """The static caches' size: the longest sample's prompt and every generated token, and in a
-    multi-turn sample each later user turn with a template allowance."""
-    template = 64  # tokens a chat template may add around one turn
-
-    def need(sample: Sample) -> int:
-        later = sample.user_turns[1:]
-        turns = sum(len(plan.tokenizer(text)["input_ids"]) + template for text in later)
-        return len(plan.prompt_ids[sample.id]) + turns + plan.max_new * (1 + len(later))
-
-    return compiled.static_length(max(need(s) for s in plan.samples))
 
 
 def summarise(plan: Plan, job: Job, env: dict[str, Any]) -> Summary:
@@ -368,7 +272,7 @@ def summarise(plan: Plan, job: Job, env: dict[str, Any]) -> Summary:
         env=fingerprint(env),
         machine=of_env(env).label(),
     )
-    if records and summary.speedup and config.run.backend != VLLM:  # it times specbench's forwards
+    if records and summary.speedup and backend_of(config).predicts:
         prompt = plan.prompt_ids[plan.samples[0].id]
         summary = replace(summary, **method.cost_model(job.arms.method, prompt, summary))
     return summary
@@ -392,62 +296,7 @@ def measure(plan: Plan) -> Summary:
     """Load weights, decode every unfinished sample, write environment and summary, and mirror
     them to W&B."""
     with ExitStack() as servers:  # a backend's server processes live as long as the cell
-        build = vllm_arms if plan.config.run.backend == VLLM else specbench_arms
-        return measure_arms(plan, *build(plan, servers))
-
-
-def specbench_arms(plan: Plan, servers: ExitStack) -> tuple[Any, Arms, dict[str, Any]]:
-    """The target, the decoders every sample runs on specbench's engine (the method's, the
-    baseline, references and the ceiling) and what env.json says of the engine."""
-    config, method = plan.config, plan.method
-    target, drafter = load_models(plan)
-    baseline = method.baseline(target) if config.run.baseline else None
-    references = method.references(target, drafter) if config.run.baseline else {}
-    decoder = method.build(target, drafter, plan.task)
-    if config.run.oracle:
-        references[CEILING] = method.ceiling(decoder, baseline, config.run.simulated_acceptance)
-    engine = compiled.describe(
-        config.run.engine,
-        target=[target],
-        drafter=[drafter, getattr(decoder, "drafter", None)],
-    )
-    return target, Arms(decoder, baseline, references), engine
-
-
-def vllm_arms(plan: Plan, servers: ExitStack) -> tuple[Any, Arms, dict[str, Any]]:
-    """The method and baseline arms in vLLM's servers (stopped when `servers` closes); the
-    target is loaded here too, for its stop tokens and the tie checks of divergences."""
-    config, method, cfg = plan.config, plan.method, plan.config.target
-    target = kind_of(cfg).load(cfg, "target", plan.device, kind_of(cfg).dtype(cfg, config))
-    python = vllm.python_of(config.run)
-    decoder, baseline = vllm.start_arms(
-        servers,
-        python,
-        (cfg, loading.resolve(cfg, "target")),
-        str(target.model.dtype).removeprefix("torch."),
-        longest_sequence(plan),
-        config.run,
-        method.vllm_speculative_config(vllm_drafter(config, method)),
-        plan.store.run_dir,
-        method.warp,
-        method.vllm_drafts_at(),
-    )
-    server = decoder.server
-    engine = paths.unrooted(
-        {
-            "name": VLLM,
-            "python": python,
-            "version": server.version(),
-            "args": server.args,
-            "env": vllm.preload(python),
-        }
-    )
-    return target, Arms(decoder, baseline, {}, measure_ties=method.warp.greedy), engine
-
-
-def vllm_drafter(config: Config, method: Method) -> str | None:
-    """The drafter's path or hub id as vLLM loads it (None: the method takes none)."""
-    return loading.resolve(config.drafter, "drafter") if method.drafter_kind else None
+        return measure_arms(plan, *backend_of(plan.config).arms(plan, servers))
 
 
 def foresee(plan: Plan, job: Job, warmed: list[Record], env: dict[str, Any]) -> None:
@@ -455,7 +304,7 @@ def foresee(plan: Plan, job: Job, warmed: list[Record], env: dict[str, Any]) -> 
     costs timed now, predicts a slowdown on this machine, one line on stderr says so and why;
     the run goes on (a cell that cannot pay here is still a measurement)."""
     method = plan.method
-    if not warmed or plan.config.run.backend == VLLM:
+    if not warmed or not backend_of(plan.config).predicts:
         return
     metrics = summarize(warmed, greedy=method.warp.greedy, round_unit=method.round_unit)
     if not metrics.speedup:  # no baseline arm: the block model compares with it

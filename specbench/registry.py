@@ -1,4 +1,5 @@
-"""Name -> entry registries, one per axis (methods, tasks, model kinds, built-in models).
+"""Name -> entry registries, one per axis (methods, tasks, model kinds, built-in models,
+backends).
 
 A method or task registers itself from its own module. A task registers the structured config
 that Hydra validates its YAML against with it; a method's config lives in
@@ -87,7 +88,14 @@ def _is_model_kind(entry: Any) -> bool:
     return isinstance(entry, type) and issubclass(entry, ModelKind) and entry is not ModelKind
 
 
+def _is_backend(entry: Any) -> bool:
+    from specbench.backends import Backend
+
+    return isinstance(entry, type) and issubclass(entry, Backend) and entry is not Backend
+
+
 METHODS: Registry = Registry("method", _is_method, "Method subclass")
+BACKENDS: Registry = Registry("backend", _is_backend, "Backend subclass")
 MODEL_KINDS: Registry = Registry("kind", _is_model_kind, "ModelKind subclass")
 TASKS: Registry[TaskSpec] = Registry(
     "task", lambda e: isinstance(e, TaskSpec), "TaskSpec", lambda spec: spec.config
@@ -132,6 +140,6 @@ def discover() -> None:
     global _DISCOVERED
     if _DISCOVERED:
         return
-    for package in ("specbench.models", "specbench.decoding", "specbench.tasks"):
+    for package in ("specbench.models", "specbench.decoding", "specbench.tasks", "specbench.backends"):
         _import_all(package)
     _DISCOVERED = True

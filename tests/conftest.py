@@ -20,11 +20,12 @@ from omegaconf import DictConfig
 from scipy.stats import chisquare
 
 from specbench import paths
+from specbench.backends.specbench import RESIDENT
 from specbench.config import ModelConfig
 from specbench.models.causal import CausalLM
 from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.models.loading import load_causal_lm, load_diffusion_lm
-from specbench.pipeline import RESIDENT, execute, prepare
+from specbench.pipeline import execute, prepare
 from specbench.registry import discover
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -152,3 +153,29 @@ class Swallows:
 def fresh_models() -> None:
     """Each test loads its own models: none kept from another test's cells (`RESIDENT`)."""
     RESIDENT.clear()
+
+
+@pytest.fixture(scope="module")
+def random_qwen3() -> CausalLM:
+    """A tied-embedding random Qwen3 (vocabulary 128) in float64: it soon repeats token 88,
+    which a fresh DFlash drafter whose mask is 88 drafts, so some blocks (and tree paths) are
+    accepted whole and some not."""
+    from types import SimpleNamespace
+
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(config).eval().double()
+    model.generation_config.eos_token_id = None
+    return CausalLM(model, SimpleNamespace(eos_token_id=None), "random-qwen3")

@@ -19,12 +19,13 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from conftest import compose_cfg
 from specbench import paths
+from specbench.backends.specbench import RESIDENT
 from specbench.config import ModelConfig
 from specbench.models import compiled, loading
 from specbench.models.loading import resolve
 from specbench.models.tiny.dlm import TinyDLM, TinyDLMConfig
 from specbench.models.tiny.grow import GPU, REHEARSAL, grown_config
-from specbench.pipeline import RESIDENT, execute, prepare
+from specbench.pipeline import execute, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 

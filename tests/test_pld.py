@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from conftest import law_pvalue
+from specbench.backends.vllm import DRAFTS_AT, SPECULATIVE
 from specbench.decoding.configs import PLDConfig
 from specbench.decoding.drafters.pld import PLD, lookup
 from specbench.decoding.plain import AutoregressiveDecoder
@@ -65,7 +66,7 @@ def test_sampled_pld_samples_the_target_law(warp: Warp) -> None:
 
 def test_pld_maps_to_vllms_ngram_method() -> None:
     cfg = PLDConfig(gamma=5, prompt_lookup_min=2, prompt_lookup_max=4)
-    assert PLD(cfg, Warp()).vllm_speculative_config(None) == {
+    assert SPECULATIVE["pld"](PLD(cfg, Warp()), None) == {
         "method": "ngram",
         "num_speculative_tokens": 5,
         "prompt_lookup_min": 2,
@@ -76,6 +77,6 @@ def test_pld_maps_to_vllms_ngram_method() -> None:
 def test_vllm_drafts_where_the_lookup_matches() -> None:
     """The backend places vLLM's unrecorded steps by this: a draft after "1 2" (seen
     before), none after a token never seen."""
-    drafts_at = PLD(PLDConfig(gamma=4, prompt_lookup_min=2), Warp()).vllm_drafts_at()
+    drafts_at = DRAFTS_AT["pld"](PLD(PLDConfig(gamma=4, prompt_lookup_min=2), Warp()))
     assert drafts_at([5, 1, 2, 8, 1, 2]) and not drafts_at([5, 1, 2, 8, 7])
     assert not drafts_at([5, 1, 2, 8, 2])  # "8 2" unseen; n=1 is below prompt_lookup_min

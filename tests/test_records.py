@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import builtin, compose_cfg
-from specbench import pipeline
+from specbench.backends.specbench import Specbench
 from specbench.pipeline import execute, prepare
 from specbench.results.record import tie_tolerance, ulp
 
@@ -50,13 +50,13 @@ def test_cells_of_another_backend_record_the_targets_top2_gap_before_every_token
     from one forward of the whole output, so that a later difference from specbench's tokens
     finds its gap: each equals a fresh forward of that prefix's (here specbench's arms stand in
     for vLLM's, with the same flag)."""
-    build = pipeline.specbench_arms
+    build = Specbench.arms
 
     def flagged(*args, **kwargs):
         target, arms, engine = build(*args, **kwargs)
         return target, replace(arms, measure_ties=True), engine
 
-    monkeypatch.setattr(pipeline, "specbench_arms", flagged)
+    monkeypatch.setattr(Specbench, "arms", flagged)
     cfg = compose_cfg(
         "target=random-gpt2",
         "drafter=random-gpt2-draft",

@@ -14,14 +14,16 @@ from omegaconf import OmegaConf
 import specbench.pipeline
 from conftest import compose_cfg
 from specbench import paths
+from specbench.backends.specbench import Specbench, load_models
 from specbench.decoding.autoregressive import AR
 from specbench.decoding.drafters.ar import SpS
 from specbench.decoding.warp import Warp
+from specbench.errors import ConfigError
 from specbench.method import Method
 from specbench.models.causal import CausalLM
 from specbench.models.kinds.causal import Causal
-from specbench.pipeline import load_models, prepare
-from specbench.registry import METHODS, MODEL_KINDS, Registry, discover
+from specbench.pipeline import execute, prepare
+from specbench.registry import BACKENDS, METHODS, MODEL_KINDS, Registry, discover
 
 
 def test_a_taken_name_and_a_non_method_are_refused() -> None:
@@ -77,13 +79,45 @@ def test_every_model_yaml_names_a_registered_kind() -> None:
         assert kind in MODEL_KINDS or yaml.stem == "none", yaml.name
 
 
-def test_the_pipeline_names_no_kind_and_no_method() -> None:
-    """Every string literal in pipeline.py: none is a registered kind's or method's name (the
-    pipeline asks `ModelKind` and `Method` objects instead)."""
+def test_the_pipeline_names_no_kind_no_method_and_no_backend() -> None:
+    """Every string literal and name in pipeline.py: none is a registered kind's, method's or
+    backend's name (the pipeline asks `ModelKind`, `Method` and `Backend` objects instead)."""
     discover()
     tree = ast.parse(open(specbench.pipeline.__file__).read())
     strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
-    assert not strings & (set(MODEL_KINDS) | set(METHODS))
+    assert not strings & (set(MODEL_KINDS) | set(METHODS) | set(BACKENDS))
+    names = {n.id.lower() for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    names |= {n.attr.lower() for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    assert not names & {name for name in BACKENDS if name != "specbench"}
+
+
+def test_a_backend_is_one_class_the_pipeline_asks(monkeypatch, tmp_path) -> None:
+    """A toy engine registered outside specbench (specbench's own arms under another name,
+    refusing one method): `run.backend=toy` runs a cell through it, its refusal is one line
+    before anything loads, and no cost model predicts a backend that says it cannot."""
+
+    class Toy(Specbench):
+        name = "toy"
+        predicts = False
+
+        def check(self, config, method):
+            super().check(config, method)
+            if method.name == "pld":
+                raise ConfigError("run.backend", self.name, "toy runs no pld")
+
+    discover()
+    monkeypatch.setitem(BACKENDS._entries, "toy", Toy)
+    cell = [
+        "run.backend=toy",
+        "run.limit=1",
+        "run.max_new_tokens=16",
+        f"run.results_dir={tmp_path}",
+    ]
+    summary = execute(prepare(compose_cfg(*cell)))
+    assert summary.n_samples == 1 and summary.lossless_rate == 1.0
+    assert summary.predicted_speedup is None
+    with pytest.raises(ConfigError, match="toy runs no pld"):
+        prepare(compose_cfg(*cell, "method=pld", "drafter=none"))
 
 
 def test_the_pipeline_asks_a_new_kind_for_every_fact(monkeypatch, tmp_path) -> None:
@@ -139,7 +173,7 @@ def test_the_pipeline_asks_a_new_kind_for_every_fact(monkeypatch, tmp_path) -> N
         ("check_checkpoint", "drafter"),
         ("check_drafter", "tiny-ar"),
         ("dtype", "tiny"),
-        ("load", "target float64"),
         ("dtype", "tiny-ar"),
+        ("load", "target float64"),
         ("load", "drafter float64"),
     ]

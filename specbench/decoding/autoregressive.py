@@ -16,8 +16,6 @@ class AR(Method):
 
     name = "ar"
     Config = ARConfig
-    marker = "s"
-    runs_on_vllm = True  # vLLM without a speculative config
 
     def build(self, target: CausalLM, drafter: None, task: object) -> AutoregressiveDecoder:
         return AutoregressiveDecoder(target, self.warp)

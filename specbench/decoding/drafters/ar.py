@@ -31,7 +31,6 @@ from specbench.decoding.speculative import (
 )
 from specbench.decoding.verify import is_lossless, make_rule, make_tree_rule, resolve_rule
 from specbench.decoding.warp import Warp
-from specbench.errors import ConfigError
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM, ancestor_mask, tree_positions
 from specbench.registry import METHODS
@@ -232,21 +231,6 @@ class SpS(DraftVerifyMethod):
     name = "sps"
     Config = SpSConfig
     drafter_kind = "causal"
-    marker = "o"
-    runs_on_vllm = True  # vLLM's draft_model: a chain of gamma, exact verification
-
-    def vllm_speculative_config(self, drafter: str | None) -> dict:
-        cfg = self.cfg
-        for key, value, plain in (
-            ("method.tree", cfg.tree, None),
-            ("method.schedule", cfg.schedule, "constant"),
-            ("method.rule", resolve_rule(cfg.rule, self.warp), resolve_rule("auto", self.warp)),
-        ):
-            if value != plain:
-                raise ConfigError(
-                    key, value, f"vLLM's draft_model runs {key}={plain} only (run.backend=vllm)"
-                )
-        return {"method": "draft_model", "model": drafter, "num_speculative_tokens": cfg.gamma}
 
     def build(self, target: CausalLM, drafter: CausalLM, task: object) -> SpeculativeDecoder:
         cfg, warp = self.cfg, self.warp

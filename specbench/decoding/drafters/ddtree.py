@@ -90,8 +90,6 @@ class DDTree(DFlash):
 
     name = "ddtree"
     Config = DDTreeConfig
-    marker = "P"
-    runs_on_vllm = False  # vLLM's dflash verifies chains; DDTree lives in forks of it
 
     def build(self, target: CausalLM, drafter: torch.nn.Module, task: object) -> SpeculativeDecoder:
         cfg, warp = self.cfg, self.warp

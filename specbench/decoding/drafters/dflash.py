@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache, PretrainedConfig, StaticCache
+from transformers import DynamicCache, StaticCache
 
 from specbench.decoding.configs import DFlashConfig
 from specbench.decoding.drafters.ar import rule_label
@@ -37,9 +37,8 @@ from specbench.decoding.speculative import (
     GammaSchedule,
     SpeculativeDecoder,
 )
-from specbench.decoding.verify import is_lossless, make_rule, resolve_rule
+from specbench.decoding.verify import is_lossless, make_rule
 from specbench.decoding.warp import Warp
-from specbench.errors import ConfigError
 from specbench.metrics import cost
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
@@ -234,14 +233,6 @@ class DFlash(DraftVerifyMethod):
     name = "dflash"
     Config = DFlashConfig
     drafter_kind = "dflash"
-    marker = "*"
-    runs_on_vllm = True  # vLLM's dflash: a block of block_size - 1 drafts, exact verification
-
-    def vllm_speculative_config(self, drafter: str | None) -> dict:
-        if resolve_rule(self.cfg.rule, self.warp) != resolve_rule("auto", self.warp):
-            raise ConfigError("method.rule", self.cfg.rule, "vLLM's dflash verifies exactly only")
-        block = self.cfg.block_size or PretrainedConfig.get_config_dict(drafter)[0]["block_size"]
-        return {"method": "dflash", "model": drafter, "num_speculative_tokens": block - 1}
 
     def build(self, target: CausalLM, drafter: torch.nn.Module, task: object) -> SpeculativeDecoder:
         cfg, warp = self.cfg, self.warp

@@ -15,7 +15,6 @@ rule is the one named here.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -73,23 +72,6 @@ class PLD(DraftVerifyMethod):
 
     name = "pld"
     Config = PLDConfig
-    marker = "P"
-    runs_on_vllm = True  # vLLM's ngram proposer: the same lookup
-
-    def vllm_speculative_config(self, drafter: str | None) -> dict:
-        cfg = self.cfg
-        return {
-            "method": "ngram",
-            "num_speculative_tokens": cfg.gamma,
-            "prompt_lookup_min": cfg.prompt_lookup_min,
-            "prompt_lookup_max": cfg.prompt_lookup_max,
-        }
-
-    def vllm_drafts_at(self) -> Callable[[list[int]], bool]:
-        cfg = self.cfg
-        return lambda context: bool(
-            lookup(context, cfg.prompt_lookup_min, cfg.prompt_lookup_max, cfg.gamma)
-        )
 
     def build(self, target: CausalLM, drafter: None, task: object) -> SpeculativeDecoder:
         cfg = self.cfg

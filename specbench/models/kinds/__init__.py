@@ -13,6 +13,7 @@ import torch
 
 from specbench.config import Config, ModelConfig
 from specbench.errors import ConfigError
+from specbench.registry import MODEL_KINDS
 
 
 class ModelKind(ABC):
@@ -54,6 +55,12 @@ class ModelKind(ABC):
     def reads_target_layers(self, lm: Any) -> tuple[int, ...]:
         """The target layers a drafter of this kind reads (the target captures them)."""
         return ()
+
+
+def kind_of(cfg: ModelConfig) -> ModelKind:
+    """The registered kind a model's YAML names (validation checks it is the one its method
+    takes)."""
+    return MODEL_KINDS[cfg.kind]()
 
 
 def tokenizer_mismatch(target: Any, drafter: Any, extra_ok: bool = False) -> str | None:

@@ -1,4 +1,4 @@
-"""`run.backend=vllm`: a cell's arms inside vLLM's engine instead of specbench's.
+"""vLLM's servers and requests for `run.backend=vllm` (the backend: `__init__.py`).
 
 vLLM runs from its own environment (`make vllm` builds `.venv-vllm`; `run.vllm_python` names
 any other python with vllm installed), so specbench talks to it as a process: one `vllm serve`
@@ -25,6 +25,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -38,7 +39,7 @@ from specbench.errors import ConfigError
 VENV = paths.REPO_ROOT / ".venv-vllm"
 SERVED_NAME = "target"  # the name each server gives its model in requests
 # whether vLLM's proposer drafts after a context (prompt and output so far); None where it
-# drafts at every step (a drafter model), Method.vllm_drafts_at
+# drafts at every step (a drafter model); the backend's DRAFTS_AT
 DraftsAt = Callable[[list[int]], bool] | None
 
 
@@ -307,29 +308,36 @@ def server_args(
     return args
 
 
+@dataclass(frozen=True)
+class Launch:
+    """How every server of a cell starts: vLLM's python, the target (its config for the
+    revision, its path or hub id), dtype and longest sequence, the run's seed, baseline and
+    startup limit, and where the logs go."""
+
+    python: str
+    target: ModelConfig
+    model: str
+    dtype: str
+    max_len: int
+    run: RunConfig
+    logs: Path
+
+
 def start_arms(
-    stack: ExitStack,
-    python: str,
-    target: tuple[ModelConfig, str],
-    dtype: str,
-    max_len: int,
-    run: RunConfig,
-    speculative: dict | None,
-    logs: Path,
-    warp: Warp,
-    drafts_at: DraftsAt = None,
+    stack: ExitStack, launch: Launch, speculative: dict | None, warp: Warp, drafts_at: DraftsAt
 ) -> tuple[VLLMDecoder, VLLMDecoder | None]:
     """The method's server and, with the baseline arm on, plain decoding's (one server serves
     both when the method is plain decoding), started together; each stopped when `stack`
     closes."""
-    cfg, model = target
+    run = launch.run
     specs = {"method": speculative}
     if run.baseline and speculative is not None:
         specs["baseline"] = None
     servers = {}
     for role, spec in specs.items():
-        args = server_args(cfg, dtype, max_len, run.seed, spec)
-        server = Server(python, model, args, logs / f"vllm-{role}.log", run.vllm_startup_s)
+        args = server_args(launch.target, launch.dtype, launch.max_len, run.seed, spec)
+        log = launch.logs / f"vllm-{role}.log"
+        server = Server(launch.python, launch.model, args, log, run.vllm_startup_s)
         stack.callback(server.stop)
         servers[role] = server.launch()
     decoders = {

@@ -1,0 +1,76 @@
+"""Backends: the engines a cell's arms run on, one registered `Backend` each (`run.backend`).
+
+The pipeline asks the cell's backend, never names one: whether it can run the cell (before any
+file is read), what it must check on disk before the store opens, and, once the store is open,
+the arms it runs (starting whatever it needs, stopped when the cell's `ExitStack` closes).
+`specbench` is specbench's own engine (eager or compiled, `run.engine`); `vllm` serves every
+arm from `vllm serve` processes and owns its table from method configs to vLLM's speculative
+config. Adding an engine is one module or package here with one `Backend` subclass registered
+with `@BACKENDS.register`, and its tests (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import ExitStack
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from specbench.errors import ConfigError
+from specbench.registry import BACKENDS
+
+if TYPE_CHECKING:
+    from specbench.config import Config
+    from specbench.evaluate import Arms
+    from specbench.method import Method
+
+# tokens a chat template may add around one later user turn of a multi-turn sample
+TEMPLATE_ALLOWANCE = 64
+
+
+class Backend(ABC):
+    """What the pipeline asks of the engine a cell runs on; the defaults are specbench's own."""
+
+    name: ClassVar[str]
+    # runs several requests in flight at once (`run.concurrency` > 1)
+    concurrent: ClassVar[bool] = False
+    # runs specbench's own further arms beside the method's: references and the ceiling
+    own_arms: ClassVar[bool] = True
+    # its forwards are specbench's, so the cost model can time them after the run
+    predicts: ClassVar[bool] = True
+
+    def check(self, config: Config, method: Method) -> None:
+        """Raise `ConfigError` on a cell this backend cannot run (no file read)."""
+        if config.run.concurrency > 1 and not self.concurrent:
+            batching = " or ".join(name for name in BACKENDS if BACKENDS[name].concurrent)
+            raise ConfigError(
+                "run.concurrency",
+                config.run.concurrency,
+                f"needs run.backend={batching} ({self.name} decodes one request at a time)",
+            )
+        if config.run.oracle and not self.own_arms:
+            raise ConfigError(
+                "run.oracle", True, "is specbench's own arm; use run.backend=specbench"
+            )
+
+    def prepare(self, config: Config, method: Method, drafter: str | None) -> None:
+        """Raise `ConfigError` on what only files tell (an engine's install, a drafter's
+        config), before the run directory opens; `drafter` is the drafter's path or hub id."""
+        return None
+
+    @abstractmethod
+    def arms(self, plan: Any, stack: ExitStack) -> tuple[Any, Arms, dict[str, Any]]:
+        """The target (for stop tokens and tie checks), every arm the cell decodes, and what
+        env.json says of the engine; whatever it starts is stopped when `stack` closes."""
+
+
+def longest_sequence(plan: Any) -> int:
+    """The longest sequence a cell decodes: the longest sample's prompt and every generated
+    token, and in a multi-turn sample each later user turn with a template allowance (a
+    static cache's size, a server's maximum length)."""
+
+    def need(sample: Any) -> int:
+        later = sample.user_turns[1:]
+        turns = sum(len(plan.tokenizer(text)["input_ids"]) + TEMPLATE_ALLOWANCE for text in later)
+        return len(plan.prompt_ids[sample.id]) + turns + plan.max_new * (1 + len(later))
+
+    return max(need(s) for s in plan.samples)
