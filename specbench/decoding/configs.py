@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from hydra.core.config_store import ConfigStore
 
@@ -97,6 +97,7 @@ def check_draft_length(gamma: int, max_new: int) -> None:
 
 @dataclass
 class ARConfig:
+    marker: ClassVar[str] = "s"  # its marker in Pareto plots
     name: str = "ar"
 
     def check(self, temperature: float, max_new: int) -> None:
@@ -105,6 +106,7 @@ class ARConfig:
 
 @dataclass
 class SpSConfig:
+    marker: ClassVar[str] = "o"  # its marker in Pareto plots
     name: str = "sps"
     gamma: int = 4  # tokens drafted per round (the first round's, under `heuristic`)
     schedule: str = "constant"  # or heuristic: HF's (+2 after a fully accepted draft, -1 else)
@@ -143,6 +145,7 @@ class SpSConfig:
 
 @dataclass
 class SpecDiffConfig:
+    marker: ClassVar[str] = "^"  # its marker in Pareto plots
     name: str = "specdiff"
     gamma: int = 10  # draft length
     steps: int = 4  # T, denoising steps per draft
@@ -174,6 +177,7 @@ class SpecDiffConfig:
 
 @dataclass
 class DiffuSpecConfig:
+    marker: ClassVar[str] = "v"  # its marker in Pareto plots
     name: str = "diffuspec"
     cps: bool = True
     adl: bool = True
@@ -225,6 +229,7 @@ class DiffuSpecConfig:
 
 @dataclass
 class DFlashConfig:
+    marker: ClassVar[str] = "*"  # its marker in Pareto plots
     name: str = "dflash"
     # positions per drafter block (the anchor token plus block_size - 1 drafts); null: the
     # checkpoint's own (z-lab's Qwen3 checkpoints: 16)
@@ -246,6 +251,7 @@ class DFlashConfig:
 
 @dataclass
 class PLDConfig:
+    marker: ClassVar[str] = "P"  # its marker in Pareto plots
     name: str = "pld"
     # tokens drafted per round at most (vLLM's num_speculative_tokens; Spec-Bench's PLD: 10)
     gamma: int = 10
@@ -273,6 +279,7 @@ class PLDConfig:
 
 @dataclass
 class DDTreeConfig:
+    marker: ClassVar[str] = "P"  # its marker in Pareto plots
     name: str = "ddtree"
     block_size: int | None = None  # as DFlash's: null uses the drafter checkpoint's
     budget: int = 32  # tree nodes verified per round, the root (newest token) not counted
@@ -380,11 +387,13 @@ class SpatialConfig:
 
 @dataclass
 class DLLMConfig(SpatialConfig):
+    marker: ClassVar[str] = "*"  # its marker in Pareto plots
     name: str = "dllm"
 
 
 @dataclass
 class PSDConfig(DLLMConfig):
+    marker: ClassVar[str] = "D"  # its marker in Pareto plots
     name: str = "psd"
     policy: str = "threshold"  # PSD(Confidence), the paper's main variant (threshold 0.9)
     depth: int = 3  # d: drafts D_1 .. D_d per iteration (0 = the policy's decoder); paper: 3
@@ -414,6 +423,7 @@ class PSDConfig(DLLMConfig):
 
 @dataclass
 class SpiffyConfig(DLLMConfig):
+    marker: ClassVar[str] = "P"  # its marker in Pareto plots
     name: str = "spiffy"
     nodes: int = 5  # D, the calibrated graph's size
     keep: int | None = None  # D*, nodes kept per call after online pruning; null = ceil(D / 2)
@@ -454,8 +464,10 @@ class SpiffyConfig(DLLMConfig):
         )
 
 
-def _register() -> None:
-    store = ConfigStore.instance()
+# every method's config by its name: composing a config and reading a stored cell's facts
+# (its plot marker) need no torch
+SCHEMAS = {
+    schema.name: schema
     for schema in (
         ARConfig,
         SpSConfig,
@@ -467,8 +479,14 @@ def _register() -> None:
         DLLMConfig,
         PSDConfig,
         SpiffyConfig,
-    ):
-        store.store(group="method", name=f"schema_{schema.name}", node=schema)
+    )
+}
+
+
+def _register() -> None:
+    store = ConfigStore.instance()
+    for name, schema in SCHEMAS.items():
+        store.store(group="method", name=f"schema_{name}", node=schema)
 
 
 _register()

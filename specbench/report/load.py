@@ -14,7 +14,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from specbench.registry import METHODS, TASKS, discover
+from specbench.decoding.configs import SCHEMAS
+from specbench.registry import TASKS, discover_schemas
 from specbench.report import ReportError
 from specbench.results import machine
 from specbench.results.summary import Summary, Workload
@@ -154,13 +155,13 @@ def dirty_runs(root: str | Path) -> list[tuple[Path, str]]:
 
 
 def marker(method: str) -> str:
-    """The method's own plot marker."""
-    discover()
-    return METHODS[method].marker if method in METHODS else "x"
+    """The method's own plot marker, from its config class (no torch imported)."""
+    discover_schemas()
+    return SCHEMAS[method].marker if method in SCHEMAS else "x"
 
 
 def higher_is_better(task: str) -> dict[str, bool]:
     """Each quality metric's direction, as the task declares it."""
-    discover()
+    discover_schemas()
     spec = TASKS[task] if task in TASKS else None
     return dict(getattr(spec.build, "metrics", {})) if spec else {}

@@ -1,5 +1,5 @@
 """Speed against quality per task: the non-dominated cells joined by a line, one marker per
-method (its own `Method.marker`); PNG and PDF."""
+method (its config's `marker`); PNG and PDF."""
 
 from __future__ import annotations
 
