@@ -13,7 +13,6 @@ from types import SimpleNamespace
 import dflash.model
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from conftest import law_pvalue
 from specbench.decoding.configs import DFlashConfig, SpSConfig
@@ -28,27 +27,6 @@ from specbench.models.toy import exact_law, toy_lm
 
 V, NEW = 128, 60
 REPEATED = 88  # a token the random target falls into repeating: the drafters' mask token
-
-
-@pytest.fixture(scope="module")
-def target() -> CausalLM:
-    """A tied-embedding random Qwen3 in float64: it soon repeats one token, which a fresh
-    drafter whose mask is that token drafts, so some blocks are accepted whole and some not."""
-    config = Qwen3Config(
-        vocab_size=V,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(config).eval().double()
-    model.generation_config.eos_token_id = None
-    return CausalLM(model, SimpleNamespace(eos_token_id=None), "random-qwen3")
 
 
 def prompts(n: int = 6) -> list[list[int]]:
@@ -112,33 +90,33 @@ def same_verifications(ours: list[list[int]], theirs: list[list[int]]) -> bool:
 @pytest.mark.parametrize("v2", [False, True], ids=["dflash", "dflash2"])
 @pytest.mark.parametrize("block_size", [4, 16])
 def test_greedy_dflash_is_the_packages_dflash_generate(
-    target: CausalLM, v2: bool, block_size: int, mask: int, monkeypatch: pytest.MonkeyPatch
+    random_qwen3: CausalLM, v2: bool, block_size: int, mask: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(dflash.model, "_cuda_time", time.perf_counter)  # its stats on a CPU
-    config = dflash_config(target.model.config, [0, 2], block_size, mask, layers=2, v2=v2)
+    config = dflash_config(random_qwen3.model.config, [0, 2], block_size, mask, layers=2, v2=v2)
     drafter = random_dflash(config, seed=1).double()
-    decoder = DFlash(DFlashConfig(), Warp()).build(target, drafter, None)
-    plain = AutoregressiveDecoder(target, Warp())
+    decoder = DFlash(DFlashConfig(), Warp()).build(random_qwen3, drafter, None)
+    plain = AutoregressiveDecoder(random_qwen3, Warp())
     generator = torch.Generator()
     whole_blocks = 0
     for prompt in prompts():
         stop = latest_new_token(plain.generate(prompt, NEW, generator).tokens)
         stops = [] if stop is None else [stop]
-        theirs_in, theirs_drafts = verification_inputs(target.model), drafter_calls(drafter)
+        theirs_in, theirs_drafts = verification_inputs(random_qwen3.model), drafter_calls(drafter)
         theirs = dflash.model.dflash_generate(
             drafter,
-            target.model,
+            random_qwen3.model,
             torch.tensor([prompt]),
             NEW,
             stops or None,
             block_size=block_size,
             return_stats=True,
         )
-        target.model._forward_pre_hooks.clear()
+        random_qwen3.model._forward_pre_hooks.clear()
         drafter._forward_pre_hooks.clear()
-        ours_in, ours_drafts = verification_inputs(target.model), drafter_calls(drafter)
+        ours_in, ours_drafts = verification_inputs(random_qwen3.model), drafter_calls(drafter)
         ours = decoder.generate(prompt, NEW, generator, Stop(frozenset(stops)))
-        target.model._forward_pre_hooks.clear()
+        random_qwen3.model._forward_pre_hooks.clear()
         drafter._forward_pre_hooks.clear()
         # the same blocks at the same positions; when one position is left the reference
         # still drafts a token for the position after it, which cannot be kept: not here
@@ -171,30 +149,30 @@ def test_sampling_dflash_samples_the_target_law(v2: bool, warp: Warp) -> None:
 
 
 def test_verification_captures_hidden_states_only_for_a_drafter_that_asks(
-    target: CausalLM,
+    random_qwen3: CausalLM,
 ) -> None:
     asked: list[object] = []
-    target.model.register_forward_pre_hook(
+    random_qwen3.model.register_forward_pre_hook(
         lambda m, args, kwargs: asked.append(kwargs.get("output_hidden_states")), with_kwargs=True
     )
     prompt = prompts(1)[0]
     try:
-        SpS(SpSConfig(gamma=3), Warp()).build(target, target, None).generate(
+        SpS(SpSConfig(gamma=3), Warp()).build(random_qwen3, random_qwen3, None).generate(
             prompt, 8, torch.Generator()
         )
         assert set(asked) == {None}
         asked.clear()
-        config = dflash_config(target.model.config, [0, 2], 4, REPEATED)
+        config = dflash_config(random_qwen3.model.config, [0, 2], 4, REPEATED)
         drafter = random_dflash(config, seed=1).double()
-        DFlash(DFlashConfig(), Warp()).build(target, drafter, None).generate(
+        DFlash(DFlashConfig(), Warp()).build(random_qwen3, drafter, None).generate(
             prompt, 8, torch.Generator()
         )
     finally:
-        target.model._forward_pre_hooks.clear()
+        random_qwen3.model._forward_pre_hooks.clear()
     assert asked and all(layers == [1, 3] for layers in asked)  # hidden_states[l + 1]: layer l
-    full = target.model(torch.tensor([prompt]), output_hidden_states=True).hidden_states
-    target.reset()
-    hidden = target.forward(prompt, last=1, hidden_layers=(0, 2)).hidden
+    full = random_qwen3.model(torch.tensor([prompt]), output_hidden_states=True).hidden_states
+    random_qwen3.reset()
+    hidden = random_qwen3.forward(prompt, last=1, hidden_layers=(0, 2)).hidden
     torch.testing.assert_close(hidden, torch.cat([full[1][0], full[3][0]], -1))
 
 

@@ -7,11 +7,9 @@ token-identical to the target's greedy decoding and beats DFlash's acceptance on
 from __future__ import annotations
 
 from collections import Counter
-from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from conftest import builtin, law_pvalue, tree_beside_its_chain
 from specbench.decoding.configs import DDTreeConfig
@@ -117,34 +115,13 @@ def test_the_walk_follows_matching_children_only() -> None:
     assert follow([5, 7, 8, 9], tokens, parents) == ([0], 7)
 
 
-@pytest.fixture(scope="module")
-def qwen() -> CausalLM:
-    """A random Qwen3 in float64 that soon repeats token 88: a drafter whose mask is 88 has
-    blocks accepted whole and not, as in tests/test_dflash.py."""
-    config = Qwen3Config(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(config).eval().double()
-    model.generation_config.eos_token_id = None
-    return CausalLM(model, SimpleNamespace(eos_token_id=None), "random-qwen3")
-
-
-def test_greedy_ddtree_is_the_targets_greedy_decoding(qwen):
+def test_greedy_ddtree_is_the_targets_greedy_decoding(random_qwen3):
     """A flat random drafter: wide shallow trees, most rounds rejected, some accepted."""
-    config = dflash_config(qwen.model.config, [0, 2], 4, 88)
+    config = dflash_config(random_qwen3.model.config, [0, 2], 4, 88)
     tree = DDTree(DDTreeConfig(budget=12), Warp()).build(
-        qwen, random_dflash(config, 3).double(), None
+        random_qwen3, random_dflash(config, 3).double(), None
     )
-    plain = AutoregressiveDecoder(qwen, Warp())
+    plain = AutoregressiveDecoder(random_qwen3, Warp())
     g = torch.Generator().manual_seed(0)
     lengths = torch.randint(3, 20, (3,), generator=g).tolist()
     accepted = 0

@@ -9,6 +9,7 @@ from typing import Protocol
 
 import torch
 
+from specbench.metrics.speed import Stopwatch
 from specbench.models.causal import node_depths
 
 
@@ -55,6 +56,51 @@ class Generation:
     emitted: list[int] = field(default_factory=list)
     positions: int = 0  # token positions the target's forwards fed (batch rows x length)
     nodes: list[int] = field(default_factory=list)  # per round of a tree draft: nodes verified
+
+
+class Counted(Protocol):
+    """A model whose calls a generation counts (a drafter)."""
+
+    calls: int
+
+
+class CountedTarget(Counted, Protocol):
+    """A target: its calls, the positions they fed, and the device the clock waits for."""
+
+    positions: int
+    device: torch.device
+
+
+class Meter:
+    """One generation's clock and the counters it reads its costs from, started together. The
+    models are shared by every arm and sample, so a generation's counts are what they add
+    after this snapshot; every decoder measures the same way through it."""
+
+    def __init__(self, target: CountedTarget, drafter: Counted | None = None):
+        self.target, self.drafter = target, drafter
+        self.clock = Stopwatch(target.device)
+        self.calls, self.positions = target.calls, target.positions
+        self.drafter_calls = drafter.calls if drafter is not None else 0
+        self.clock.start()
+
+    def first_token(self) -> None:
+        self.clock.first_token()
+
+    def generation(self, tokens: list[int], emitted: list, **counters) -> Generation:
+        """The `Generation` of `tokens`. The clock stops first: `emitted` may hold counts still
+        on the device, read back only then, outside the timed decode."""
+        wall_s = self.clock.elapsed()
+        drafter = self.drafter
+        return Generation(
+            tokens=tokens,
+            wall_s=wall_s,
+            ttft_s=self.clock.ttft_s,
+            target_calls=self.target.calls - self.calls,
+            drafter_calls=drafter.calls - self.drafter_calls if drafter is not None else 0,
+            positions=self.target.positions - self.positions,
+            emitted=[int(n) for n in emitted],
+            **counters,
+        )
 
 
 @dataclass(frozen=True)

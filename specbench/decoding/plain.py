@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from specbench.decoding.generation import Generation, Stop
+from specbench.decoding.generation import Generation, Meter, Stop
 from specbench.decoding.warp import Warp
-from specbench.metrics.speed import Stopwatch
 from specbench.models.causal import CausalLM
 
 
@@ -25,23 +24,14 @@ class AutoregressiveDecoder:
     ) -> Generation:
         target = self.target
         stop = stop or Stop(frozenset(target.eos_token_ids))
-        clock = Stopwatch(target.device)
-        calls_before, positions = target.calls, target.positions
-        clock.start()
+        meter = Meter(target)
         logits = target.prefill(prompt_ids)
         tokens: list[int] = []
         while True:
             token = self.warp.sample(logits, generator)
             tokens.append(token)
-            clock.first_token()
+            meter.first_token()
             if stop.first(tokens, len(tokens) - 1) is not None or len(tokens) >= max_new_tokens:
                 break
             logits = target.forward_tokens([token], keep=1)[0]
-        return Generation(
-            tokens=tokens,
-            wall_s=clock.elapsed(),
-            ttft_s=clock.ttft_s,
-            target_calls=target.calls - calls_before,
-            positions=target.positions - positions,
-            emitted=[1] * len(tokens),
-        )
+        return meter.generation(tokens, emitted=[1] * len(tokens))

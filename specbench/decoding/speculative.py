@@ -10,12 +10,11 @@ from typing import Protocol
 
 import torch
 
-from specbench.decoding.generation import Decoder, Draft, Generation, Stop
+from specbench.decoding.generation import Decoder, Draft, Generation, Meter, Stop
 from specbench.decoding.verify import AcceptanceRule, TreeRule
 from specbench.decoding.warp import Warp
 from specbench.method import Method
 from specbench.metrics import cost
-from specbench.metrics.speed import Stopwatch
 from specbench.models.causal import CausalLM, ancestor_mask, tree_positions
 from specbench.results.summary import Summary
 
@@ -98,9 +97,7 @@ class SpeculativeDecoder:
     ) -> Generation:
         target, drafter = self.target, self.drafter
         stop = stop or Stop(frozenset(target.eos_token_ids))
-        clock = Stopwatch(target.device)
-        target_calls, drafter_calls, positions = target.calls, drafter.calls, target.positions
-        clock.start()
+        meter = Meter(target, drafter)
         target.reset()
         drafter.reset()
         tokens: list[int] = []
@@ -120,7 +117,7 @@ class SpeculativeDecoder:
             if stopped:
                 del tokens[end + 1 :]
             unread = [next_token]
-            clock.first_token()
+            meter.first_token()
             draft_lengths.append(draft.depth)
             accepted.append(len(path))
             emitted.append(len(tokens) - start)
@@ -132,18 +129,13 @@ class SpeculativeDecoder:
             gamma = self.schedule.next(gamma, len(path), draft)
             if stopped:
                 break
-        return Generation(
-            tokens=tokens,
-            wall_s=clock.elapsed(),
-            ttft_s=clock.ttft_s,
-            target_calls=target.calls - target_calls,
-            drafter_calls=drafter.calls - drafter_calls,
+        return meter.generation(
+            tokens,
+            emitted,
             draft_s=draft_s,
             draft_lengths=draft_lengths,
             accepted=accepted,
             rounds=rounds,
-            positions=target.positions - positions,
-            emitted=emitted,
             nodes=nodes,
         )
 

@@ -82,7 +82,9 @@ class CausalLM:
         self.length = 0
         self.fed_from = 0  # the first slot the last forward wrote: what `keep` indexes from
 
-    @torch.inference_mode()
+    # the autograd mode a forward runs in (the compiled engine needs no_grad: see compiled.py)
+    grad_mode = torch.inference_mode
+
     def forward(
         self,
         ids: list[int],
@@ -94,24 +96,42 @@ class CausalLM:
         """Append `ids` to the cache at the next slots and read them: at `positions` (default:
         the slots' own), each new token reading every cached slot and the new tokens its row
         of `ancestors` ([n, n] bool) marks (default: those before it). Logits of the `last`
-        rows (all by default); the outputs of decoder layers `hidden_layers` (0-based)."""
-        last = len(ids) if last is None else last
-        input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
-        if self.time_forwards:
-            t0 = self._tick()
+        rows (all by default); the outputs of decoder layers `hidden_layers` (0-based). An
+        engine supplies `_inputs` and `_run`; the timing and the counters are the same for
+        every engine."""
+        with self.grad_mode():
+            last = len(ids) if last is None else last
+            inputs = self._inputs(ids, positions, ancestors)
+            if self.time_forwards:
+                t0 = self._tick()
+            logits, hidden = self._run(inputs, last, tuple(hidden_layers))
+            if self.time_forwards:
+                self.forward_s += self._tick() - t0
+            self._fed(len(ids))
+            return Forward(logits.float(), hidden)
+
+    def _inputs(
+        self, ids: list[int], positions: list[int] | None, ancestors: torch.Tensor | None
+    ) -> tuple:
+        """What the model call takes, prepared before the forward's timer starts."""
+        return torch.tensor([ids], dtype=torch.long, device=self.device), positions, ancestors
+
+    def _run(
+        self, inputs: tuple, last: int, hidden_layers: tuple[int, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The model call: logits of the `last` rows and the captured layers' outputs."""
+        input_ids, positions, ancestors = inputs
+        n = input_ids.shape[1]
         out = self.model(
             input_ids=input_ids,
             cache=self.cache,
             use_cache=True,
             logits_to_keep=last,
-            **self._layout(len(ids), positions, ancestors, self.length + len(ids)),
+            **self._layout(n, positions, ancestors, self.length + n),
             **capture(hidden_layers),
         )
         hidden = captured(out, hidden_layers) if hidden_layers else None
-        if self.time_forwards:
-            self.forward_s += self._tick() - t0
-        self._fed(len(ids))
-        return Forward(out.logits[0, -last:].float(), hidden)
+        return out.logits[0, -last:], hidden
 
     def forward_tokens(self, ids: list[int], keep: int | None = None) -> torch.Tensor:
         """`forward` of a chain, its logits only."""
@@ -128,11 +148,17 @@ class CausalLM:
         if positions is not None:
             layout["position_ids"] = torch.tensor([positions], device=self.device)
         if ancestors is not None:
-            visible = torch.zeros(n, slots, dtype=torch.bool, device=self.device)
-            visible[:, : self.length] = True
-            visible[:, self.length : self.length + n] = ancestors
-            layout["attention_mask"] = additive(visible, self.model.dtype)
+            layout["attention_mask"] = additive(self._visible(ancestors, slots), self.model.dtype)
         return layout
+
+    def _visible(self, ancestors: torch.Tensor, slots: int) -> torch.Tensor:
+        """[n, slots] bool: what each of the n new tokens reads, every cached slot and the new
+        tokens its row of `ancestors` marks; the slots after them stay hidden."""
+        n = len(ancestors)
+        visible = torch.zeros(n, slots, dtype=torch.bool, device=self.device)
+        visible[:, : self.length] = True
+        visible[:, self.length : self.length + n] = ancestors
+        return visible
 
     def _fed(self, n: int) -> None:
         self.calls += 1

@@ -37,7 +37,6 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, StaticCache
 from specbench import paths
 from specbench.models.causal import (
     CausalLM,
-    Forward,
     additive,
     ancestor_mask,
     capture,
@@ -274,16 +273,13 @@ class CompiledCausalLM(CausalLM):
         )
         return out.logits[0], captured(out, hidden_layers) if hidden_layers else None
 
-    @torch.no_grad()
-    def forward(
-        self,
-        ids: list[int],
-        positions: list[int] | None = None,
-        ancestors: torch.Tensor | None = None,
-        last: int | None = None,
-        hidden_layers: tuple[int, ...] = (),
-    ) -> Forward:
-        last = len(ids) if last is None else last
+    grad_mode = torch.no_grad
+
+    def _inputs(
+        self, ids: list[int], positions: list[int] | None, ancestors: torch.Tensor | None
+    ) -> tuple:
+        """The ids, their cache slots, their positions and any tree's visibility over the
+        whole static cache."""
         n = len(ids)
         if self.length + n > self.max_length:
             raise ValueError(
@@ -294,28 +290,22 @@ class CompiledCausalLM(CausalLM):
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
         slots = self._slots(n)
         at = slots if positions is None else torch.tensor(positions, device=self.device)
-        visible = None
-        if ancestors is not None:
-            visible = torch.zeros(n, self.max_length, dtype=torch.bool, device=self.device)
-            visible[:, : self.length] = True
-            visible[:, self.length : self.length + n] = ancestors
-        if self.time_forwards:
-            t0 = self._tick()
-        if n <= HOT_TOKENS:
-            lengths = ((input_ids, 1), (slots, 0), (at, 0), (visible, 0))
-            logits, hidden = self.engine.call(
-                input_ids, slots, at, visible, tuple(hidden_layers), lengths=lengths
-            )
-            logits = logits[-last:]
-        else:
-            logits, hidden = self._forward(
-                input_ids, slots, at, visible, tuple(hidden_layers), last
-            )
-        logits = logits.float()
-        if self.time_forwards:
-            self.forward_s += self._tick() - t0
-        self._fed(n)
-        return Forward(logits, hidden)
+        visible = None if ancestors is None else self._visible(ancestors, self.max_length)
+        return input_ids, slots, at, visible
+
+    def _run(
+        self, inputs: tuple, last: int, hidden_layers: tuple[int, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The compiled graph on up to `HOT_TOKENS` new tokens, the same forward uncompiled on
+        more (a prompt)."""
+        input_ids, slots, at, visible = inputs
+        if len(slots) > HOT_TOKENS:
+            return self._forward(input_ids, slots, at, visible, hidden_layers, last)
+        lengths = ((input_ids, 1), (slots, 0), (at, 0), (visible, 0))
+        logits, hidden = self.engine.call(
+            input_ids, slots, at, visible, hidden_layers, lengths=lengths
+        )
+        return logits[-last:], hidden
 
     def warm_up(self, hidden_layers: tuple[int, ...] = (), trees: bool = False) -> float:
         """Compile the graphs (one token; two or more, under the causal mask and, with `trees`,

@@ -94,6 +94,19 @@ def _read(key: str, ref: str, what: str, read: Callable[[], T]) -> T:
         raise ConfigError(key, ref, f"cannot read its {what}: {first}") from None
 
 
+def _from_checkpoint(
+    cfg: ModelConfig, key: str, what: str, read: Callable[..., T], **kwargs: object
+) -> T:
+    """`read` (a transformers `from_pretrained`) on the config's checkpoint at its revision,
+    under `_read`; resolving a built-in happens inside, so its error reads the same."""
+    return _read(
+        f"{key}.name_or_path",
+        cfg.name_or_path,
+        what,
+        lambda: read(resolve(cfg, key), revision=cfg.revision, **kwargs),
+    )
+
+
 def load_tokenizer(cfg: ModelConfig, key: str) -> PreTrainedTokenizerBase:
     if cfg.tokenizer:  # a checkpoint that ships none (mdlm-owt reads GPT-2's)
         check_reference(cfg.tokenizer, f"{key}.tokenizer", None, model=False)
@@ -103,13 +116,12 @@ def load_tokenizer(cfg: ModelConfig, key: str) -> PreTrainedTokenizerBase:
             "tokenizer",
             lambda: AutoTokenizer.from_pretrained(cfg.tokenizer),
         )
-    return _read(
-        f"{key}.name_or_path",
-        cfg.name_or_path,
+    return _from_checkpoint(
+        cfg,
+        key,
         "tokenizer",
-        lambda: AutoTokenizer.from_pretrained(
-            resolve(cfg, key), revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
-        ),
+        AutoTokenizer.from_pretrained,
+        trust_remote_code=cfg.trust_remote_code,
     )
 
 
@@ -123,24 +135,14 @@ def context_length(cfg: ModelConfig, key: str) -> int | None:
 
 def model_config(cfg: ModelConfig, key: str) -> PretrainedConfig:
     """The checkpoint's transformers config (no weights)."""
-    return _read(
-        f"{key}.name_or_path",
-        cfg.name_or_path,
-        "config",
-        lambda: AutoConfig.from_pretrained(
-            resolve(cfg, key), revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
-        ),
+    return _from_checkpoint(
+        cfg, key, "config", AutoConfig.from_pretrained, trust_remote_code=cfg.trust_remote_code
     )
 
 
 def checkpoint_config(cfg: ModelConfig, key: str) -> dict:
     """The checkpoint's config.json as a dict (no weights, no remote code)."""
-    config, _ = _read(
-        f"{key}.name_or_path",
-        cfg.name_or_path,
-        "config",
-        lambda: PretrainedConfig.get_config_dict(resolve(cfg, key), revision=cfg.revision),
-    )
+    config, _ = _from_checkpoint(cfg, key, "config", PretrainedConfig.get_config_dict)
     return config
 
 

@@ -29,10 +29,9 @@ from specbench.decoding.dllm.policies import (
     make_policy,
     one_token_per_step,
 )
-from specbench.decoding.generation import Generation, Stop
+from specbench.decoding.generation import Generation, Meter, Stop
 from specbench.method import Method
 from specbench.metrics import cost
-from specbench.metrics.speed import Stopwatch
 from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.registry import METHODS
 from specbench.results.summary import Summary
@@ -149,9 +148,7 @@ class BlockDecoder:
         target.dual_cache = self.cfg.dual_cache
         stop = stop or Stop(frozenset(target.eos_token_ids))
         policy = make_policy(self.cfg, self.steps_per_block(max_new_tokens), generator)
-        clock = Stopwatch(target.device)
-        calls, positions, trace = target.calls, target.positions, Trace()
-        clock.start()
+        trace, meter = Trace(), Meter(target)
         target.reset()
         start = len(prompt_ids)
         canvas = torch.tensor(
@@ -162,21 +159,17 @@ class BlockDecoder:
             hi = min(lo + self.cfg.block_length, start + max_new_tokens)
             self.span = (lo, hi, canvas.shape[1])  # where `rank_frame` places the block
             self.decode_block(canvas, lo, hi, policy, trace, scan)
-            clock.first_token()
+            meter.first_token()
             if scan.end is not None:
                 break
         tokens = canvas[0, start:hi].tolist()
-        return Generation(
-            tokens=tokens if scan.end is None else tokens[: scan.end + 1],
-            wall_s=clock.elapsed(),
-            ttft_s=clock.ttft_s,
-            target_calls=target.calls - calls,
+        return meter.generation(
+            tokens if scan.end is None else tokens[: scan.end + 1],
+            trace.emitted,
             draft_lengths=trace.depths,
             accepted=trace.accepted,
-            emitted=[int(n) for n in trace.emitted],  # after wall_s: outside the clock
             draft_s=trace.draft_s,
             verify_s=trace.verify_s,
-            positions=target.positions - positions,
         )
 
     def decode_block(
