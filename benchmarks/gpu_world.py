@@ -192,8 +192,7 @@ def overrides(cell: list[str], scale: Scale, out: Path) -> list[str]:
         name = scale.models.get(composed[role].name, composed[role].name)
         if name != composed[role].name:
             chosen += [f"{role}.name={name}", f"{role}.name_or_path=specbench:{name}"]
-            chosen.append(f"{role}.dtype={scale.dtype}")
-    return chosen
+    return [*chosen, f"target.dtype={scale.dtype}"]  # a DFlash drafter runs in the target's
 
 
 def models_in(decoder: object, depth: int = 3) -> list[object]:

@@ -101,12 +101,12 @@ GPU = {
     "tiny-8b": Grown("tiny", Growth(width=13, heads=13, mlp=13, depth=6), **GPU_BUILD),
     "tiny-dlm-8b": Grown("tiny-dlm", Growth(width=32, heads=32, mlp=36, depth=16), **GPU_BUILD),
 }
-# The GPU world's rehearsal: the same build, saving and presets at a size a CPU runs in seconds.
+# The GPU world's rehearsal: the same build, saving and presets at a size a CPU runs in seconds
+# (the stream permuted and sign-flipped, one silent layer after each source layer).
+REHEARSAL_GROWTH = Growth(width=1, heads=1, mlp=1, depth=2)
 REHEARSAL = {
-    "tiny-8b-rehearsal": Grown("tiny", Growth(width=2, heads=2, mlp=2, depth=2), **GPU_BUILD),
-    "tiny-dlm-8b-rehearsal": Grown(
-        "tiny-dlm", Growth(width=2, heads=2, mlp=2, depth=2), **GPU_BUILD
-    ),
+    "tiny-8b-rehearsal": Grown("tiny", REHEARSAL_GROWTH, **GPU_BUILD),
+    "tiny-dlm-8b-rehearsal": Grown("tiny-dlm", REHEARSAL_GROWTH, **GPU_BUILD),
 }
 GROWN = {**XL, **GPU, **REHEARSAL}
 # A drafter that reads a grown target's hidden states grows with the target's residual map.
