@@ -244,7 +244,6 @@ class DiffuSpec(DraftVerifyMethod):
     name = "diffuspec"
     Config = DiffuSpecConfig
     drafter_kind = "diffusion"
-    marker = "v"
 
     def check_task(self, task: Task, samples: list) -> None:
         """The n-gram is fitted on the task's training text: a task without one needs a file

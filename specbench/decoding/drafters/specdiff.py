@@ -237,7 +237,6 @@ class SpecDiff(DraftVerifyMethod):
     name = "specdiff"
     Config = SpecDiffConfig
     drafter_kind = "diffusion"
-    marker = "^"
 
     def build(
         self, target: CausalLM, drafter: MaskedDiffusionLM, task: object
