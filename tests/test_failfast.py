@@ -104,7 +104,8 @@ class ScriptedDLM(MaskedDiffusionLM):
         filled = start - len(case["prompt"]) + sum(t != self.mask_id for t in block)
         position = torch.arange(start, start + len(block), dtype=torch.float32)[:, None]
         token = torch.arange(case["vocab"], dtype=torch.float32)[None, :]
-        easy = (position < len(case["prompt"]) + case["easy_for"]).float()
+        drafted = position - len(case["prompt"])
+        easy = ((drafted >= case["hard_for"]) & (drafted < case["easy_for"])).float()
         favourite = (token == (5 * position + position // 4) % case["vocab"]).float()
         wave = torch.sin(1.3 * position + 0.7 * filled + 2.1 * token + case["phase"])
         logits = case["scale"] * wave + case["sharp"] * easy * favourite
