@@ -286,6 +286,7 @@ def row(summary: Summary) -> dict:
         "gap": summary.prediction_gap,
         "tau": summary.tau,
         "tpf": summary.tpf,
+        "lossless": summary.lossless,  # the method's claim (a lossy policy's is false)
         "lossless_rate": summary.lossless_rate,
         "vs": {name: arm.speedup for name, arm in summary.vs.items()},
     }

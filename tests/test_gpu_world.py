@@ -3,7 +3,7 @@ nothing allocated), its rehearsal built-in is grown, checked against its source 
 bf16 by the same builder the GPU runs, the compiled engine runs on an older torch's
 `torch.compile`, consecutive cells share their models (what keeps the device check inside one
 call), and the device check (`benchmarks/gpu_world.py --rehearse`) runs end to end on a CPU
-with every greedy cell lossless (slow tier)."""
+with every cell that claims losslessness token-identical to its baseline (slow tier)."""
 
 from __future__ import annotations
 
@@ -93,8 +93,8 @@ def test_compiled_models_keep_their_graphs_apart_on_an_older_torch(monkeypatch) 
 @pytest.mark.slow
 def test_the_device_check_rehearses_end_to_end_on_a_cpu(tmp_path) -> None:
     """Every cell of the device check, at the rehearsal's size, eager (the compiled engine's
-    cells: test_engine): each measured, predicted and lossless; the world built and checked;
-    the forward-cost curve written."""
+    cells: test_engine): each measured and predicted, lossless where it claims to be; the world
+    built and checked; the forward-cost curve written."""
     out = tmp_path / "gpu_world"
     script = ROOT / "benchmarks" / "gpu_world.py"
     subprocess.run(
@@ -114,7 +114,7 @@ def test_the_device_check_rehearses_end_to_end_on_a_cpu(tmp_path) -> None:
     methods = {"sps", "sps tree", "pld", "dflash", "specdiff", "diffuspec", "dllm", "psd", "spiffy"}
     assert set(cells) == methods | ddtree
     for name, cell in cells.items():
-        assert cell["lossless_rate"] == 1.0, name
+        assert cell["lossless_rate"] == 1.0 or not cell["lossless"], name
         assert cell["speedup"] > 0 and 0 <= cell["harness_overhead"] < 1, name
     experiments = {p.name for p in (out / "runs").iterdir()}
     presets = {p.stem for p in (paths.CONF_DIR / "experiment").glob("*_gpu.yaml")}
