@@ -15,14 +15,9 @@ from transformers import AutoTokenizer
 from conftest import compose_cfg
 from specbench import paths
 from specbench.config import ModelConfig
-from specbench.decoding.dllm.graph import DraftGraph, Node, select
-from specbench.decoding.dllm.spiffy import (
-    SpiffyConfig,
-    SpiffyDecoder,
-    calibrate,
-    count_nodes,
-    rankings,
-)
+from specbench.decoding.dllm.graph import DraftGraph, Node, rankings, select
+from specbench.decoding.dllm.spiffy import SpiffyConfig, SpiffyDecoder
+from specbench.decoding.dllm.spiffy_calibrate import calibrate, count_nodes
 from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig
 from specbench.decoding.generation import Stop
 from specbench.errors import ConfigError

@@ -16,8 +16,27 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 Pair = tuple[int, int]
 VERSION = 1
+
+
+VOCAB_RANKS = 32  # a node naming a token ranked lower than this at its position is never kept
+
+
+def real_log_probs(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """Log-probabilities over real tokens: a draft never proposes the mask token."""
+    mask = torch.tensor([mask_id], device=logits.device)
+    return logits.float().index_fill(-1, mask, float("-inf")).log_softmax(-1)
+
+
+def rankings(log_probs: torch.Tensor, masked: torch.Tensor, conf: torch.Tensor) -> tuple:
+    """The masked positions by descending confidence, and each position's `VOCAB_RANKS` most
+    likely real tokens in order: the ranks a node's pairs name, in calibration and decoding."""
+    positions = conf.masked_fill(~masked, float("-inf")).argsort(descending=True, stable=True)
+    tokens = log_probs.topk(min(VOCAB_RANKS, log_probs.shape[-1]), dim=-1).indices
+    return positions[: int(masked.sum())], tokens
 
 
 @dataclass(frozen=True)
