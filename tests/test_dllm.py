@@ -108,13 +108,13 @@ class Scripted(MaskedDiffusionLM):
 
     def __init__(self, drifting: bool):
         self.mask_id, self.vocab_size, self.device = MASK, VOCAB, CPU
-        self.eos_token_ids, self.prefix_cache, self.drifting = set(), False, drifting
+        self.eos_token_ids, self.drifting = set(), drifting
         self.calls, self.positions, self.rows = 0, 0, []
 
     def reset(self) -> None:
         pass
 
-    def _canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    def _canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int, reading) -> torch.Tensor:
         self.rows.append(canvas.shape[0])
         logits = torch.full((canvas.shape[0], hi - lo, VOCAB), -10.0)
         for b in range(canvas.shape[0]):
@@ -162,7 +162,7 @@ class Pairs(Scripted):
     def __init__(self) -> None:
         super().__init__(drifting=False)
 
-    def _canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    def _canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int, reading) -> torch.Tensor:
         self.rows.append(canvas.shape[0])
         logits = torch.full((canvas.shape[0], hi - lo, VOCAB), -10.0)
         for b in range(canvas.shape[0]):
@@ -297,15 +297,16 @@ def test_prefix_cache_is_fast_dllms_stale_prefix(family) -> None:
     `lo - shift`: Dream reads a position from the row before it), under the changed window."""
     dlm = load(f"random-{family}", family)
     shift = dlm.shift
-    dlm.prefix_cache = True
-    dlm.reset()
+    reading = dlm.reading(prefix_cache=True)
     canvas = torch.tensor([[5, 6, 7, 8] + [dlm.mask_id] * 8])
-    first = dlm.canvas_logits(canvas, 4, 8)  # a block's first forward reads the whole canvas
+    first = dlm.canvas_logits(
+        canvas, 4, 8, reading
+    )  # a block's first forward reads the whole canvas
     assert torch.equal(first, dlm.model(canvas).logits[:, 4 - shift : 8 - shift])
     stale = dlm.model(canvas, use_cache=True).past_key_values
     later = canvas.clone().repeat(2, 1)
     later[0, 4], later[1, 5] = 9, 10  # the block changes under the cached prefix
-    got = dlm.canvas_logits(later, 4, 8)
+    got = dlm.canvas_logits(later, 4, 8, reading)
     start = 4 - shift
     past = [tuple(t[:, :, :start].expand(2, -1, -1, -1) for t in layer) for layer in stale]
     positions = torch.arange(start, 12)[None].expand(2, -1)
@@ -313,21 +314,20 @@ def test_prefix_cache_is_fast_dllms_stale_prefix(family) -> None:
     assert torch.allclose(got, want.logits[:, :4], atol=1e-5)
     fresh = dlm.model(later).logits[:, start : 8 - shift]
     assert not torch.allclose(got, fresh, atol=1e-5)  # approximate
-    assert dlm.approximate_cache and dlm.positions == 12 + 2 * (12 - start)
+    assert reading.approximate and dlm.positions == 12 + 2 * (12 - start)
 
 
 @pytest.mark.parametrize("family", ["llada", "dream"])
 def test_dual_cache_feeds_the_block_over_the_stale_prefix_and_suffix(family) -> None:
     dlm = load(f"random-{family}", family)
     shift = dlm.shift
-    dlm.prefix_cache, dlm.dual_cache = True, True
-    dlm.reset()
+    reading = dlm.reading(prefix_cache=True, dual_cache=True)
     canvas = torch.tensor([[5, 6, 7, 8] + [dlm.mask_id] * 8])
-    dlm.canvas_logits(canvas, 4, 8)
+    dlm.canvas_logits(canvas, 4, 8, reading)
     stale = dlm.model(canvas, use_cache=True).past_key_values
     later = canvas.clone()
     later[0, 5] = 9
-    got = dlm.canvas_logits(later, 4, 8)
+    got = dlm.canvas_logits(later, 4, 8, reading)
     # the block's fresh keys sit between the prefix's and the suffix's, as in Fast-dLLM's
     # in-place replacement; only the order of the keys differs
     start = 4 - shift
@@ -353,21 +353,21 @@ def test_one_sequence_verifies_every_draft_as_its_own_cached_step(family, dual) 
     in one forward over the block's cache, read what a cached step on that state reads, at a
     fraction of the positions whole canvases would cost."""
     dlm = load(f"random-{family}", family)
-    dlm.prefix_cache, dlm.dual_cache = True, dual
-    dlm.reset()
+    reading = dlm.reading(prefix_cache=True, dual_cache=dual)
     lo, n, tail = 6, 8, 8
     canvas = torch.tensor([[5, 6, 7, 8, 9, 10] + [dlm.mask_id] * (n + tail)])
-    dlm.canvas_logits(canvas, lo, lo + n)  # the block's first forward fills the cache
+    dlm.canvas_logits(canvas, lo, lo + n, reading)  # the block's first forward fills the cache
     drafts = torch.full((3, n), dlm.mask_id)
     drafts[0, 0], drafts[1, :2], drafts[2, 3] = 11, torch.tensor([11, 12]), 13
     before = dlm.positions
-    tree = dlm.tree_logits(canvas, lo, lo + n, drafts)
+    tree = dlm.tree_logits(canvas, lo, lo + n, drafts, reading)
     window = (n if dual else n + tail) + dlm.shift
     assert dlm.positions - before == 4 * window < 4 * canvas.shape[1]
     for row, state in enumerate([canvas[0, lo : lo + n], *drafts]):
         step = canvas.clone()
         step[0, lo : lo + n] = state
-        assert torch.allclose(tree[row], dlm.canvas_logits(step, lo, lo + n)[0], atol=1e-4)
+        logits = dlm.canvas_logits(step, lo, lo + n, reading)[0]
+        assert torch.allclose(tree[row], logits, atol=1e-4)
 
 
 def test_tiny_prefix_cache_is_exact_and_batch_rows_match_single_rows(world) -> None:
@@ -376,15 +376,14 @@ def test_tiny_prefix_cache_is_exact_and_batch_rows_match_single_rows(world) -> N
     canvas = torch.tensor([prompts[0]] * 2)
     canvas = torch.cat([canvas, block], dim=1)
     lo = len(prompts[0])
-    dlm.prefix_cache = False
-    dlm.reset()
-    uncached = dlm.canvas_logits(canvas, lo, lo + 8)
-    dlm.prefix_cache = True
-    dlm.reset()
-    dlm.canvas_logits(canvas[:1], lo, lo + 8)  # fills the cache
-    cached = dlm.canvas_logits(canvas, lo, lo + 8)
-    single = torch.cat([dlm.canvas_logits(canvas[i : i + 1], lo, lo + 8) for i in range(2)])
-    assert not dlm.approximate_cache
+    uncached = dlm.canvas_logits(canvas, lo, lo + 8, dlm.reading())
+    reading = dlm.reading(prefix_cache=True)
+    dlm.canvas_logits(canvas[:1], lo, lo + 8, reading)  # fills the cache
+    cached = dlm.canvas_logits(canvas, lo, lo + 8, reading)
+    single = torch.cat(
+        [dlm.canvas_logits(canvas[i : i + 1], lo, lo + 8, reading) for i in range(2)]
+    )
+    assert not reading.approximate
     assert torch.allclose(cached, uncached, atol=1e-4)
     assert torch.allclose(cached, single, atol=1e-4)
 

@@ -127,24 +127,23 @@ def test_the_mask_forbids_real_to_draft_and_draft_to_replaced_block() -> None:
 
 def test_changing_a_draft_never_changes_the_real_logits(world) -> None:
     dlm, prompts, _ = world
-    dlm.prefix_cache = True
+    reading = dlm.reading(prefix_cache=True)
     prompt = prompts[0]
     lo, n = len(prompt), 8
     canvas = torch.tensor([prompt + [dlm.mask_id] * n])
-    dlm.reset()
-    alone = dlm.canvas_logits(canvas, lo, lo + n)[0]
+    alone = dlm.canvas_logits(canvas, lo, lo + n, reading)[0]
     drafts = torch.tensor([[5] + [dlm.mask_id] * 7, [5, 6] + [dlm.mask_id] * 6])
-    first = dlm.tree_logits(canvas, lo, lo + n, drafts)
+    first = dlm.tree_logits(canvas, lo, lo + n, drafts, reading)
     changed = drafts.clone()
     changed[:, 0] = 9
-    second = dlm.tree_logits(canvas, lo, lo + n, changed)
+    second = dlm.tree_logits(canvas, lo, lo + n, changed, reading)
     assert torch.equal(first[0], second[0])  # the real block never sees a draft
     torch.testing.assert_close(first[0], alone, atol=1e-4, rtol=0)
     for b in range(2):  # a draft reads as if it were the block (not the real one)
         row = canvas.clone()
         row[0, lo:] = drafts[b]
         torch.testing.assert_close(
-            first[1 + b], dlm.canvas_logits(row, lo, lo + n)[0], atol=1e-4, rtol=0
+            first[1 + b], dlm.canvas_logits(row, lo, lo + n, reading)[0], atol=1e-4, rtol=0
         )
 
 

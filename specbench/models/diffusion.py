@@ -32,6 +32,7 @@ SUBS (the mask token gets no mass).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -41,17 +42,29 @@ import specbench.models.native  # noqa: F401  (registers LLaDA, Dream and MDLM w
 from specbench.models.tiny.dlm import PrefixCache, subs_parameterise
 
 
+@dataclass
+class Reading:
+    """One generation's reading of a decoded model: the cache its forwards go through and what
+    that cache holds. A decoder asks the model for one per generation (`MaskedDiffusionLM.reading`)
+    and passes it to every call; arms share the model but never a reading, so no decoder's cache
+    settings or contents live on the model."""
+
+    prefix_cache: bool = False
+    dual_cache: bool = False  # Fast-dLLM's DualCache: the suffix's keys and values kept too
+    approximate: bool = False  # whether its logits can differ from a full forward's
+    kv: Any = None  # the cached keys and values, in the adapter's own form
+    cached: list[int] = field(default_factory=list)  # tiny: the tokens `kv` holds
+    block_start: int | None = None  # native: the block whose first forward filled `kv`
+
+
 class MaskedDiffusionLM:
     """`calls` counts denoiser forwards (prefix encodings included; a batch is one call),
     `positions` the token positions those forwards fed (batch rows times sequence length)."""
 
-    # whether `prefix_cache` is available, and whether its logits equal uncached ones
+    # whether a reading's prefix cache is available, and whether its logits equal uncached ones
     supports_prefix_cache = False
     supports_dual_cache = False
     exact_prefix_cache = False
-    # whether `tree_logits` reads the drafts in one sequence under a custom attention mask
-    # (otherwise as batch rows of one forward, the same logits in exact arithmetic)
-    tree_attention = False
     # whether the denoiser reads the diffusion time (`block_logits` then takes `t=`)
     time_conditioned = False
     # the model methods every call runs through: what the compiled engine compiles
@@ -66,8 +79,6 @@ class MaskedDiffusionLM:
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.eos_token_ids: set[int] = set()  # set by the loader from the tokenizer
         self.tokenizer = None  # set by the loader for a decoded model
-        self.prefix_cache = False
-        self.dual_cache = False  # Fast-dLLM's DualCache: the suffix's keys and values kept too
         self.compiled = False  # set by the compiled engine (`compiled.compile_diffusion`)
         self.calls = 0
         self.positions = 0
@@ -81,21 +92,31 @@ class MaskedDiffusionLM:
             return asked
         return "llada" if policy == "quota" and not cached else "fast_dllm"
 
-    @property
-    def approximate_cache(self) -> bool:
-        """Whether the logits read through the prefix cache can differ from a full forward's."""
-        return self.prefix_cache and not self.exact_prefix_cache
+    def reading(self, prefix_cache: bool = False, dual_cache: bool = False) -> Reading:
+        """A fresh reading for one generation, through the caches asked for."""
+        approximate = prefix_cache and not self.exact_prefix_cache
+        return Reading(prefix_cache, dual_cache, approximate)
+
+    def tree_attention(self, reading: Reading) -> bool:
+        """Whether `tree_logits` reads the drafts in one sequence under a custom attention mask
+        (otherwise as batch rows of one forward, the same logits in exact arithmetic)."""
+        return False
 
     def reset(self) -> None:
+        """Forget the drafter role's prefix."""
         self.prefix: list[int] = []
 
     def set_prefix(self, ids: list[int], room: int = 0) -> list[int]:
         """Fix the clean prefix, left-truncated so `room` block positions still fit the model's
         context; returns the prefix kept."""
+        self.prefix = self.fitted(ids, room)
+        return self.prefix
+
+    def fitted(self, ids: list[int], room: int = 0) -> list[int]:
+        """`ids` left-truncated so `room` more positions fit the model's context."""
         if self.context is not None and len(ids) + room > self.context:
             ids = ids[len(ids) + room - self.context :]
-        self.prefix = list(ids)
-        return self.prefix
+        return list(ids)
 
     @torch.inference_mode()
     def block_logits(self, block: list[int], subs: bool = True) -> torch.Tensor:
@@ -104,31 +125,42 @@ class MaskedDiffusionLM:
         raise NotImplementedError
 
     @torch.inference_mode()
-    def canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    def canvas_logits(
+        self, canvas: torch.Tensor, lo: int, hi: int, reading: Reading | None = None
+    ) -> torch.Tensor:
         """[B, hi - lo, V] logits of positions lo..hi-1 of each canvas row ([B, L] ids; rows
-        equal before `lo`), one forward, in the model's dtype."""
+        equal before `lo`), one forward through `reading` (none: no cache), in the model's
+        dtype."""
         self.calls += 1
-        return self._canvas_logits(canvas, lo, hi)
+        return self._canvas_logits(canvas, lo, hi, reading or Reading())
 
     @torch.inference_mode()
     def tree_logits(
-        self, canvas: torch.Tensor, lo: int, hi: int, drafts: torch.Tensor
+        self,
+        canvas: torch.Tensor,
+        lo: int,
+        hi: int,
+        drafts: torch.Tensor,
+        reading: Reading | None = None,
     ) -> torch.Tensor:
         """[1 + D, hi - lo, V]: the logits of the real block (canvas row 0) and of each draft
-        block ([D, hi - lo] ids replacing it), one forward. A draft sees the real context but
-        not the real block; the real tokens never see a draft."""
-        if self.tree_attention:
+        block ([D, hi - lo] ids replacing it), one forward through `reading`. A draft sees the
+        real context but not the real block; the real tokens never see a draft."""
+        reading = reading or Reading()
+        if self.tree_attention(reading):
             self.calls += 1
-            return self._tree_logits(canvas, lo, hi, drafts)
+            return self._tree_logits(canvas, lo, hi, drafts, reading)
         batch = canvas.expand(1 + len(drafts), -1).clone()
         batch[1:, lo:hi] = drafts
-        return self.canvas_logits(batch, lo, hi)
+        return self.canvas_logits(batch, lo, hi, reading)
 
-    def _canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    def _canvas_logits(
+        self, canvas: torch.Tensor, lo: int, hi: int, reading: Reading
+    ) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} cannot be a decoded model")
 
     def _tree_logits(
-        self, canvas: torch.Tensor, lo: int, hi: int, drafts: torch.Tensor
+        self, canvas: torch.Tensor, lo: int, hi: int, drafts: torch.Tensor, reading: Reading
     ) -> torch.Tensor:
         raise NotImplementedError
 
@@ -137,49 +169,62 @@ class MaskedDiffusionLM:
 
 
 class TinyDiffusionLM(MaskedDiffusionLM):
+    """The drafter role reads through a reading of its own (`drafting`), which always keeps
+    its prefix cache; a decoder passes one per generation."""
+
     supports_prefix_cache = True
     exact_prefix_cache = True
-    tree_attention = True
     # the transformer stack, which both `forward` and `_tree_logits` run through
     hot_methods = ("hidden_states",)
 
+    def tree_attention(self, reading: Reading) -> bool:
+        return True
+
     def reset(self) -> None:
         super().reset()
-        self.cache: PrefixCache | None = None
-        self.cached: list[int] = []  # the tokens the cache holds; `prefix[len(cached):]` waits
+        self.drafting = Reading(prefix_cache=True)
 
     def set_prefix(self, ids: list[int], room: int = 0) -> list[int]:
-        """Keep the cache if the prefix extends what it holds (a new sample, or a left-truncated
-        window, starts over); the tokens after it are encoded by the next `block_logits`."""
+        """The tokens after what the cache holds are encoded by the next `block_logits`."""
         prefix = super().set_prefix(ids, room)
-        if prefix[: len(self.cached)] != self.cached:
-            self.cache, self.cached = None, []
+        follow(self.drafting, prefix)
         return prefix
 
     @torch.inference_mode()
     def block_logits(self, block: list[int], subs: bool = True) -> torch.Tensor:
         self.calls += 1
-        return self._blocks(self._tensor(block), subs)[0]
+        return self._blocks(self.prefix, self._tensor(block), subs, self.drafting)[0]
 
-    def _canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
-        if not self.prefix_cache:
-            self.reset()
-        self.set_prefix(canvas[0, :lo].tolist())
-        return self._no_mask(self._blocks(canvas[:, lo:hi], subs=False))
+    def _canvas_logits(
+        self, canvas: torch.Tensor, lo: int, hi: int, reading: Reading
+    ) -> torch.Tensor:
+        prefix = self._canvas_prefix(canvas, lo, reading)
+        return self._no_mask(self._blocks(prefix, canvas[:, lo:hi], False, reading))
+
+    def _canvas_prefix(self, canvas: torch.Tensor, lo: int, reading: Reading) -> list[int]:
+        """The canvas before the block, fitted to the context; `reading`'s cache is kept only
+        under a prefix cache, and only while the prefix extends what it holds."""
+        if not reading.prefix_cache:
+            reading.kv, reading.cached = None, []
+        prefix = self.fitted(canvas[0, :lo].tolist())
+        follow(reading, prefix)
+        return prefix
 
     def _no_mask(self, logits: torch.Tensor) -> torch.Tensor:
         """TinyDLM is trained with SUBS: its mask token is never a prediction."""
         logits[..., self.mask_id] = -torch.inf  # a fresh tensor from the forward: no copy
         return logits
 
-    def _blocks(self, blocks: torch.Tensor, subs: bool) -> torch.Tensor:
-        """One forward over the prefix tokens not yet cached (causal among themselves) and each
-        row of `blocks` [B, n] (attending to the prefix and its own block); the cache then grows
-        by the prefix tokens only."""
+    def _blocks(
+        self, prefix: list[int], blocks: torch.Tensor, subs: bool, reading: Reading
+    ) -> torch.Tensor:
+        """One forward over the prefix tokens not yet in `reading`'s cache (causal among
+        themselves) and each row of `blocks` [B, n] (attending to the prefix and its own block);
+        the cache then grows by the prefix tokens only."""
         rows, n = blocks.shape
-        pending = self.prefix[len(self.cached) :]
+        pending = prefix[len(reading.cached) :]
         self.positions += rows * (len(pending) + n)
-        cache = self.cache
+        cache = reading.kv
         if cache is not None and rows > 1:
             cache = PrefixCache(
                 kv=[(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in cache.kv],
@@ -187,10 +232,10 @@ class TinyDiffusionLM(MaskedDiffusionLM):
             )
         if not pending:
             return self.model(blocks, cache=cache, subs=subs).logits.float()
-        total = len(self.prefix) + n
-        query = torch.arange(len(self.cached), total, device=self.device)[:, None]
+        total = len(prefix) + n
+        query = torch.arange(len(reading.cached), total, device=self.device)[:, None]
         key = torch.arange(total, device=self.device)[None, :]
-        mask = (key <= query) | (query >= len(self.prefix))
+        mask = (key <= query) | (query >= len(prefix))
         inputs = torch.cat([self._tensor(pending).expand(rows, -1), blocks], dim=1)
         out = self.model(
             inputs,
@@ -201,19 +246,17 @@ class TinyDiffusionLM(MaskedDiffusionLM):
             cache_upto=len(pending),
         )
         kept = [(k[:1], v[:1]) for k, v in out.cache.kv]
-        self.cache, self.cached = PrefixCache(kv=kept, last=out.cache.last[:1]), list(self.prefix)
+        reading.kv, reading.cached = PrefixCache(kv=kept, last=out.cache.last[:1]), list(prefix)
         return out.logits[:, len(pending) :].float()
 
     def _tree_logits(
-        self, canvas: torch.Tensor, lo: int, hi: int, drafts: torch.Tensor
+        self, canvas: torch.Tensor, lo: int, hi: int, drafts: torch.Tensor, reading: Reading
     ) -> torch.Tensor:
         """One sequence: the prefix tokens not yet cached, the real block, then every draft
         block at the real block's positions, under `tree_mask`. Each block's first position
         is read from the prefix's last state, as in `_blocks`."""
-        if not self.prefix_cache:
-            self.reset()
-        self.set_prefix(canvas[0, :lo].tolist())
-        pending, cached, n = self.prefix[len(self.cached) :], len(self.cached), hi - lo
+        prefix = self._canvas_prefix(canvas, lo, reading)
+        pending, cached, n = prefix[len(reading.cached) :], len(reading.cached), hi - lo
         blocks = torch.cat([canvas[:1, lo:hi], drafts]).reshape(1, -1)
         inputs = torch.cat([self._tensor(pending), blocks], dim=1)
         self.positions += inputs.shape[1]
@@ -225,15 +268,22 @@ class TinyDiffusionLM(MaskedDiffusionLM):
         )
         mask = tree_mask(cached, lo, n, len(drafts), self.device)
         hidden, kv = self.model.hidden_states(
-            inputs, mask, positions, self.cache.kv if self.cache else None
+            inputs, mask, positions, reading.kv.kv if reading.kv else None
         )
-        last = hidden[:, len(pending) - 1 : len(pending)] if pending else self.cache.last
+        last = hidden[:, len(pending) - 1 : len(pending)] if pending else reading.kv.last
         if pending:
             kept = [(k[:, :, :lo], v[:, :, :lo]) for k, v in kv]
-            self.cache, self.cached = PrefixCache(kv=kept, last=last), list(self.prefix)
+            reading.kv, reading.cached = PrefixCache(kv=kept, last=last), list(prefix)
         rows = hidden[0, len(pending) :].reshape(1 + len(drafts), n, -1)
         before = torch.cat([last[0].expand(len(rows), 1, -1), rows[:, :-1]], dim=1)
         return self._no_mask(self.model.lm_head(before))
+
+
+def follow(reading: Reading, prefix: list[int]) -> None:
+    """Keep `reading`'s cache if `prefix` extends what it holds (a new sample, or a
+    left-truncated window, starts over)."""
+    if prefix[: len(reading.cached)] != reading.cached:
+        reading.kv, reading.cached = None, []
 
 
 def tree_mask(
@@ -276,7 +326,9 @@ class MDLMDiffusionLM(MaskedDiffusionLM):
             logits = subs_parameterise(logits, ids[0, len(self.prefix) :], self.mask_id)
         return logits
 
-    def _canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    def _canvas_logits(
+        self, canvas: torch.Tensor, lo: int, hi: int, reading: Reading
+    ) -> torch.Tensor:
         if self.time_conditioned:
             raise ValueError("a time-conditioned MDLM cannot be a decoded model: no time here")
         self.positions += canvas.numel()
@@ -296,11 +348,10 @@ class NativeDiffusionLM(MaskedDiffusionLM):
     supports_dual_cache = True
     shift = 0
 
-    @property
-    def tree_attention(self) -> bool:
+    def tree_attention(self, reading: Reading) -> bool:
         """One sequence for every draft only over a cache: without it a draft's prefix rows
         would have to see the draft, i.e. a whole canvas per draft."""
-        return self.prefix_cache
+        return reading.prefix_cache
 
     @torch.inference_mode()
     def block_logits(self, block: list[int], subs: bool = True) -> torch.Tensor:
@@ -315,58 +366,60 @@ class NativeDiffusionLM(MaskedDiffusionLM):
             logits = subs_parameterise(logits, ids[0, len(self.prefix) :], self.mask_id)
         return logits
 
-    def reset(self) -> None:
-        super().reset()
-        self.block_start: int | None = None
-        self.past: tuple = ()
+    def _window(self, canvas: torch.Tensor, lo: int, hi: int, reading: Reading) -> tuple[int, int]:
+        return lo - self.shift, hi if reading.dual_cache else canvas.shape[1]
 
-    def _window(self, canvas: torch.Tensor, lo: int, hi: int) -> tuple[int, int]:
-        return lo - self.shift, hi if self.dual_cache else canvas.shape[1]
-
-    def _canvas_logits(self, canvas: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
-        start, end = self._window(canvas, lo, hi)
-        if self.prefix_cache and self.block_start == lo:
+    def _canvas_logits(
+        self, canvas: torch.Tensor, lo: int, hi: int, reading: Reading
+    ) -> torch.Tensor:
+        start, end = self._window(canvas, lo, hi, reading)
+        if reading.prefix_cache and reading.block_start == lo:
             window = canvas[:, start:end]
             positions = torch.arange(start, end, device=self.device)[None]
-            return self._over_cache(window, positions, None)[:, : hi - lo]
+            return self._over_cache(window, positions, None, reading)[:, : hi - lo]
         self.positions += canvas.numel()
-        out = self.model(canvas, use_cache=self.prefix_cache)
-        if self.prefix_cache:
-            self.block_start = lo
-            self.past = tuple(
+        out = self.model(canvas, use_cache=reading.prefix_cache)
+        if reading.prefix_cache:
+            reading.block_start = lo
+            reading.kv = tuple(
                 tuple(torch.cat([t[:1, :, :start], t[:1, :, end:]], dim=2) for t in layer)
                 for layer in out.past_key_values
             )
         return out.logits[:, start : hi - self.shift]
 
     def _over_cache(
-        self, window: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None
+        self,
+        window: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None,
+        reading: Reading,
     ) -> torch.Tensor:
-        """Logits of `window` ([B, n] ids at `positions`) read over the cached keys."""
+        """Logits of `window` ([B, n] ids at `positions`) read over `reading`'s cached keys."""
         self.positions += window.numel()
         rows = window.shape[0]
-        past = tuple(tuple(t.expand(rows, -1, -1, -1) for t in layer) for layer in self.past)
+        past = tuple(tuple(t.expand(rows, -1, -1, -1) for t in layer) for layer in reading.kv)
         return self.model(
             window, attention_mask=mask, position_ids=positions, past_key_values=past
         ).logits
 
     def _tree_logits(
-        self, canvas: torch.Tensor, lo: int, hi: int, drafts: torch.Tensor
+        self, canvas: torch.Tensor, lo: int, hi: int, drafts: torch.Tensor, reading: Reading
     ) -> torch.Tensor:
         """One sequence over the cache: the real window, then a copy of it per draft with the
         draft in the block, each copy at the window's positions and seeing the cache and
         itself only."""
-        if self.block_start != lo:
-            self.canvas_logits(canvas[:1], lo, hi)  # the block's first forward fills the cache
-        start, end = self._window(canvas, lo, hi)
+        if reading.block_start != lo:
+            # the block's first forward fills the cache
+            self.canvas_logits(canvas[:1], lo, hi, reading)
+        start, end = self._window(canvas, lo, hi, reading)
         copies = canvas[:1, start:end].repeat(1 + len(drafts), 1)
         copies[1:, self.shift : self.shift + hi - lo] = drafts
-        n, cached = copies.shape[1], self.past[0][0].shape[2]
+        n, cached = copies.shape[1], reading.kv[0][0].shape[2]
         segment = torch.arange(len(copies), device=self.device).repeat_interleave(n)
         sees_cache = torch.ones(len(segment), cached, dtype=torch.bool, device=self.device)
         mask = torch.cat([sees_cache, segment[:, None] == segment[None, :]], dim=1)
         positions = torch.arange(start, end, device=self.device).repeat(len(copies))
-        logits = self._over_cache(copies.reshape(1, -1), positions[None], mask[None, None])
+        logits = self._over_cache(copies.reshape(1, -1), positions[None], mask[None, None], reading)
         return logits.reshape(len(copies), n, -1)[:, : hi - lo]
 
 

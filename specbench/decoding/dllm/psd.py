@@ -93,7 +93,7 @@ class PSDDecoder(BlockDecoder):
         self, canvas: torch.Tensor, lo: int, hi: int, policy: Policy, trace: Trace, scan: StopScan
     ) -> None:
         mask = self.target.mask_id
-        scores = self.scores(self.target.canvas_logits(canvas, lo, hi)[0], canvas[0, lo:hi])
+        scores = self.scores(self.logits(canvas, lo, hi)[0], canvas[0, lo:hi])
         trace.call()
         step = 0
         while True:
@@ -105,7 +105,7 @@ class PSDDecoder(BlockDecoder):
             still_masked = [d for d in chain if (d == mask).any()]  # all but a finished last one
             batch = canvas.expand(len(still_masked), -1).clone()
             batch[:, lo:hi] = torch.stack(still_masked)
-            verified = self.target.canvas_logits(batch, lo, hi)
+            verified = self.logits(batch, lo, hi)
             trace.call()
             m, scores = self.accepted_depth(chain, verified, policy, step)
             trace.depths.append(len(chain) - 1)

@@ -57,7 +57,7 @@ class SpiffyDecoder(BlockDecoder):
         )
 
     def verify_call(self, canvas: torch.Tensor, lo: int, hi: int, rows: int) -> torch.Tensor:
-        return self.target.tree_logits(canvas, lo, hi, canvas[:1, lo:hi].expand(rows - 1, -1))
+        return self.tree_logits(canvas, lo, hi, canvas[:1, lo:hi].expand(rows - 1, -1))
 
     def instantiate(
         self, state: torch.Tensor, logits: torch.Tensor, conf: torch.Tensor
@@ -96,7 +96,7 @@ class SpiffyDecoder(BlockDecoder):
         self, canvas: torch.Tensor, lo: int, hi: int, policy: Policy, trace: Trace, scan: StopScan
     ) -> None:
         mask = self.target.mask_id
-        logits = self.target.canvas_logits(canvas, lo, hi)[0]
+        logits = self.logits(canvas, lo, hi)[0]
         trace.call()
         scores = self.scores(logits, canvas[0, lo:hi])
         step = 0
@@ -113,7 +113,7 @@ class SpiffyDecoder(BlockDecoder):
             drafts = states[open_]
             synchronize(self.target.device)
             drafted = time.perf_counter()
-            verified = self.target.tree_logits(canvas, lo, hi, drafts)
+            verified = self.tree_logits(canvas, lo, hi, drafts)
             trace.call()
             synchronize(self.target.device)
             trace.draft_s += drafted - started

@@ -32,7 +32,7 @@ from specbench.decoding.dllm.policies import (
 from specbench.decoding.generation import Generation, Meter, Stop
 from specbench.method import Method
 from specbench.metrics import cost
-from specbench.models.diffusion import MaskedDiffusionLM
+from specbench.models.diffusion import MaskedDiffusionLM, Reading
 from specbench.registry import METHODS
 from specbench.results.summary import Summary
 
@@ -86,6 +86,23 @@ class BlockDecoder:
         # Spiffy's calibration records the decoding through it
         self.observe: Callable[[torch.Tensor, torch.Tensor, int], None] | None = None
         self.span = (0, 0, 0)  # the current block's [lo, hi) and the canvas length
+        self.begin()
+
+    def begin(self) -> None:
+        """A fresh reading of the target through this decoder's cache: each generation reads
+        through its own, so the arms sharing the target never share a cache."""
+        self.reading: Reading = self.target.reading(self.cfg.prefix_cache, self.cfg.dual_cache)
+
+    def logits(self, canvas: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+        """The target's logits of the block of every canvas row, through this reading."""
+        return self.target.canvas_logits(canvas, lo, hi, self.reading)
+
+    def tree_logits(
+        self, canvas: torch.Tensor, lo: int, hi: int, drafts: torch.Tensor
+    ) -> torch.Tensor:
+        """The target's logits of the real block and of each draft of it, through this
+        reading."""
+        return self.target.tree_logits(canvas, lo, hi, drafts, self.reading)
 
     @property
     def approximate_cache(self) -> bool:
@@ -128,7 +145,7 @@ class BlockDecoder:
     def verify_call(self, canvas: torch.Tensor, lo: int, hi: int, rows: int) -> torch.Tensor:
         """One forward as this decoder's verification makes it, over `rows` states of the
         block (the cost model times it)."""
-        return self.target.canvas_logits(canvas.expand(rows, -1), lo, hi)
+        return self.logits(canvas.expand(rows, -1), lo, hi)
 
     def steps_per_block(self, max_new_tokens: int) -> int:
         if self.cfg.steps is None:
@@ -144,12 +161,10 @@ class BlockDecoder:
         stop: Stop | None = None,
     ) -> Generation:
         target = self.target
-        target.prefix_cache = self.cfg.prefix_cache  # the arms share the model
-        target.dual_cache = self.cfg.dual_cache
         stop = stop or Stop(frozenset(target.eos_token_ids))
         policy = make_policy(self.cfg, self.steps_per_block(max_new_tokens), generator)
         trace, meter = Trace(), Meter(target)
-        target.reset()
+        self.begin()
         start = len(prompt_ids)
         canvas = torch.tensor(
             [prompt_ids + [target.mask_id] * max_new_tokens], device=target.device
@@ -179,7 +194,7 @@ class BlockDecoder:
         left; sooner once the output is complete."""
         block = canvas[0, lo:hi]  # a view: committing writes into the canvas
         for step in range(policy.steps or hi - lo):
-            logits = self.target.canvas_logits(canvas, lo, hi)[0]
+            logits = self.logits(canvas, lo, hi)[0]
             trace.call()
             state = self.policy_step(block, self.scores(logits, block), policy, step)
             trace.commit(block, state)
