@@ -132,19 +132,22 @@ def causal_costs(name: str, scale: Scale, device: torch.device, costs: dict) -> 
 
 
 def dlm_costs(name: str, scale: Scale, device: torch.device, costs: dict) -> None:
-    """The dLLM under the cells' engine: its block step behind a cached prefix, and a
-    verification batch of a block with Spiffy's draft rows, as one forward."""
+    """The dLLM under the cells' engine, read through a prefix cache as its presets read it: a
+    block behind the cached prefix, and a verification batch of the block with Spiffy's draft
+    rows, as one forward."""
     lm = load_diffusion_lm(builtin(name, "diffusion"), "target", device, scale.dtype)
     if scale.engine == "compiled":
         compiled.compile_diffusion(lm)
-    lm.set_prefix(list(range(100, 100 + CONTEXT)))
-    block = [lm.mask_id] * DLM_BLOCK
-    canvas = torch.tensor([lm.prefix + block], device=device)
-    drafts = canvas[:, CONTEXT:].expand(SPIFFY_DRAFTS, -1)
+    reading = lm.reading(prefix_cache=True)
+    lo, hi = CONTEXT, CONTEXT + DLM_BLOCK
+    canvas = torch.tensor([list(range(100, 100 + CONTEXT)) + [lm.mask_id] * DLM_BLOCK])
+    canvas = canvas.to(device)
+    drafts = canvas[:, lo:].expand(SPIFFY_DRAFTS, -1)
+    lm.canvas_logits(canvas, lo, hi, reading)  # the prefix enters the cache once
     calls = {
-        f"{name}, block of {DLM_BLOCK}": lambda: lm.block_logits(block),
+        f"{name}, block of {DLM_BLOCK}": lambda: lm.canvas_logits(canvas, lo, hi, reading),
         f"{name}, block + {SPIFFY_DRAFTS} draft rows": lambda: lm.tree_logits(
-            canvas, CONTEXT, CONTEXT + DLM_BLOCK, drafts
+            canvas, lo, hi, drafts, reading
         ),
     }
     for label, call in calls.items():

@@ -23,10 +23,10 @@ from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.models.loading import load_diffusion_lm
 
 
-def forward_ms(dlm: MaskedDiffusionLM, canvas: torch.Tensor, lo: int, hi: int) -> float:
+def forward_ms(dlm: MaskedDiffusionLM, reading, canvas: torch.Tensor, lo: int, hi: int) -> float:
     synchronize(dlm.device)
     t0 = time.perf_counter()
-    dlm.canvas_logits(canvas, lo, hi)
+    dlm.canvas_logits(canvas, lo, hi, reading)
     synchronize(dlm.device)
     return 1000 * (time.perf_counter() - t0)
 
@@ -47,18 +47,18 @@ def main() -> None:
         name="tiny-dlm", name_or_path="specbench:tiny-dlm", kind="diffusion", adapter="tiny"
     )
     dlm = load_diffusion_lm(cfg, "target", device, "float32")
-    dlm.prefix_cache = True
+    reading = dlm.reading(prefix_cache=True, dual_cache=False)
     lo, hi = args.context, args.context + args.block
     prompt = torch.arange(10, 10 + args.context, device=device)
     canvas = torch.cat([prompt, torch.full((args.block,), dlm.mask_id, device=device)])[None]
-    dlm.canvas_logits(canvas, lo, hi)  # the prefix enters the cache once, as in decoding
+    dlm.canvas_logits(canvas, lo, hi, reading)  # the prefix enters the cache once, as decoding
     print(f"tiny-dlm, block {args.block} behind a cached {args.context}-token prefix")
     for rows in args.rows:
         batch = canvas.expand(rows, -1).clone()
         one, many = [], []
         for _ in range(args.repeats):
-            one.append(forward_ms(dlm, canvas, lo, hi))
-            many.append(forward_ms(dlm, batch, lo, hi))
+            one.append(forward_ms(dlm, reading, canvas, lo, hi))
+            many.append(forward_ms(dlm, reading, batch, lo, hi))
         single, batched = statistics.median(one), statistics.median(many)
         print(
             f"{rows} rows: {batched:.2f} ms vs 1 row {single:.2f} ms -> {batched / single:.2f}x "

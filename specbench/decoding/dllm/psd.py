@@ -142,7 +142,6 @@ class SpeculativeDLLMMethod(DiffusionLLMMethod):
 class PSD(SpeculativeDLLMMethod):
     name = "psd"
     Config = PSDConfig
-    marker = "D"
 
     def build(self, target: MaskedDiffusionLM, drafter: None, task: object) -> PSDDecoder:
         return PSDDecoder(target, self.cfg)

@@ -148,7 +148,6 @@ def kept_nodes(cfg: SpiffyConfig) -> int:
 class Spiffy(SpeculativeDLLMMethod):
     name = "spiffy"
     Config = SpiffyConfig
-    marker = "P"
 
     def check_task(self, task: Task, samples: list[Sample]) -> None:
         if self.cfg.graph is None:

@@ -247,7 +247,6 @@ class DiffusionLLMMethod(Method):
 
     Config = DLLMConfig
     target_kind = "diffusion"
-    marker = "*"
 
     def check_target(self, target: ModelConfig) -> None:
         check_cache(self.cfg, target)
