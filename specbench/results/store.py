@@ -169,29 +169,29 @@ def existing_writable(root: Path) -> Path:
     there = root.absolute()
     while not there.exists() and there != there.parent:
         there = there.parent
-    try:
-        if not there.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(there))
-        with tempfile.TemporaryFile(dir=there):
-            pass
-    except OSError as err:
-        raise ConfigError(
-            "run.results_dir", str(root), f"must be writable ({err.strerror}: {there})"
-        ) from None
-    return there
+    return _written(root, there)
 
 
 def make_writable(root: Path, *parts: str) -> Path:
     """`root / parts...`, created, after one file was written in it; one line naming
     `run.results_dir` otherwise."""
-    directory = root.joinpath(*parts)
+    return _written(root, root.joinpath(*parts), create=True)
+
+
+def _written(root: Path, directory: Path, create: bool = False) -> Path:
+    """`directory` (made first with `create`), once a file could be written in it; a
+    `ConfigError` naming `run.results_dir` (`root`) otherwise."""
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        if create:
+            directory.mkdir(parents=True, exist_ok=True)
+        if not directory.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(directory))
         with tempfile.TemporaryFile(dir=directory):
             pass
     except OSError as err:
+        where = err.filename or directory
         raise ConfigError(
-            "run.results_dir", str(root), f"must be writable ({err.strerror}: {err.filename})"
+            "run.results_dir", str(root), f"must be writable ({err.strerror}: {where})"
         ) from None
     return directory
 
