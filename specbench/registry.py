@@ -140,6 +140,11 @@ def discover() -> None:
     global _DISCOVERED
     if _DISCOVERED:
         return
-    for package in ("specbench.models", "specbench.decoding", "specbench.tasks", "specbench.backends"):
+    for package in (
+        "specbench.models",
+        "specbench.decoding",
+        "specbench.tasks",
+        "specbench.backends",
+    ):
         _import_all(package)
     _DISCOVERED = True

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from specbench import paths
-from specbench.config import ModelConfig
 from specbench.backends.vllm.server import counted, preload, server_args
+from specbench.config import ModelConfig
 
 
 def test_steps_vllm_drafted_nothing_for_sit_where_its_proposer_found_nothing() -> None:

@@ -14,9 +14,10 @@ from conftest import builtin, law_pvalue, tree_beside_its_chain
 from specbench.decoding.configs import SpSConfig
 from specbench.decoding.drafters.ar import ARDrafter, SpS, TreeDrafter, fit_vocab
 from specbench.decoding.plain import AutoregressiveDecoder
+from specbench.decoding.trees import node_depths
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
-from specbench.models.causal import CausalLM, node_depths
+from specbench.models.causal import CausalLM
 from specbench.models.toy import exact_law, toy_lm
 
 

@@ -15,9 +15,10 @@ from conftest import builtin, law_pvalue, tree_beside_its_chain
 from specbench.decoding.configs import DDTreeConfig
 from specbench.decoding.drafters.ddtree import DDTree
 from specbench.decoding.plain import AutoregressiveDecoder
+from specbench.decoding.trees import tree_positions
 from specbench.decoding.verify import follow, greedy, greedy_tree
 from specbench.decoding.warp import Warp
-from specbench.models.causal import CausalLM, ancestor_mask, tree_positions
+from specbench.models.causal import CausalLM, ancestor_mask
 from specbench.models.compiled import CompiledCausalLM
 from specbench.models.random_dflash import dflash_config, random_dflash
 from specbench.models.toy import exact_law, toy_lm

@@ -9,8 +9,8 @@ from typing import Protocol
 
 import torch
 
+from specbench.decoding.trees import node_depths
 from specbench.metrics.speed import Stopwatch
-from specbench.models.causal import node_depths
 
 
 @dataclass

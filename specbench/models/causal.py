@@ -39,21 +39,6 @@ def ancestor_mask(n_chain: int, parents: list[int], device: torch.device) -> tor
     return torch.from_numpy(visible).to(device)
 
 
-def tree_positions(length: int, n_chain: int, parents: list[int]) -> list[int]:
-    """Position ids of a chain of `n_chain` tokens after `length` cached ones, then of a tree's
-    nodes hanging off the chain's last token: that token's position plus the node's depth."""
-    last = length + n_chain - 1
-    return list(range(length, length + n_chain)) + [last + d for d in node_depths(parents)]
-
-
-def node_depths(parents: list[int]) -> list[int]:
-    """Each tree node's depth (the root's children: 1), parents listed before children."""
-    depths: list[int] = []
-    for parent in parents:
-        depths.append(1 + (depths[parent] if parent >= 0 else 0))
-    return depths
-
-
 class CausalLM:
     """The verifier contract: one sequence's KV cache, fed new tokens by `forward` (at explicit
     positions, under an optional ancestor mask, returning logits and any decoder layers asked

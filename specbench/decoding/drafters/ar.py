@@ -29,10 +29,11 @@ from specbench.decoding.speculative import (
     GammaSchedule,
     SpeculativeDecoder,
 )
+from specbench.decoding.trees import tree_positions
 from specbench.decoding.verify import is_lossless, make_rule, make_tree_rule, resolve_rule
 from specbench.decoding.warp import Warp
 from specbench.metrics.speed import synchronize
-from specbench.models.causal import CausalLM, ancestor_mask, tree_positions
+from specbench.models.causal import CausalLM, ancestor_mask
 from specbench.registry import METHODS
 
 
