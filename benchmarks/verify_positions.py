@@ -20,7 +20,8 @@ from transformers import AutoTokenizer
 from specbench import paths
 from specbench.config import ModelConfig
 from specbench.decoding.dllm.psd import PSDConfig, PSDDecoder
-from specbench.decoding.dllm.spiffy import SpiffyConfig, SpiffyDecoder, calibrate
+from specbench.decoding.dllm.spiffy import SpiffyConfig, SpiffyDecoder
+from specbench.decoding.dllm.spiffy_calibrate import calibrate
 from specbench.decoding.generation import Stop
 from specbench.models.loading import load_diffusion_lm
 

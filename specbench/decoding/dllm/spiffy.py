@@ -25,12 +25,7 @@ from specbench.decoding.configs import SpiffyConfig
 from specbench.decoding.dllm.graph import DraftGraph, rankings, real_log_probs
 from specbench.decoding.dllm.policies import Policy
 from specbench.decoding.dllm.psd import SpeculativeDLLMMethod
-from specbench.decoding.dllm.spiffy_calibrate import (  # calibrate: benchmarks/verify_positions.py
-    calibrate,  # noqa: F401
-    calibration_samples,
-    check_disjoint,
-    graph_for,
-)
+from specbench.decoding.dllm.spiffy_calibrate import calibration_samples, check_disjoint, graph_for
 from specbench.decoding.dllm.vanilla import BlockDecoder, StopScan, Trace
 from specbench.metrics.speed import synchronize
 from specbench.models.diffusion import MaskedDiffusionLM
