@@ -241,8 +241,12 @@ def check_knobs(config: Config) -> None:
     check_run(config.run)
     config.logging.wandb.check()
     config.task.check()
-    max_new = config.run.max_new_tokens or config.task.max_new_tokens
-    config.method.check(config.run.temperature, max_new)
+    config.method.check(config.run.temperature, max_new_tokens(config))
+
+
+def max_new_tokens(config: Config) -> int:
+    """The tokens each sample generates: `run.max_new_tokens`, else the task's own default."""
+    return config.run.max_new_tokens or config.task.max_new_tokens
 
 
 def _inside(name: str) -> bool:

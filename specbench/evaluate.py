@@ -40,7 +40,7 @@ class Arms:
     measure_ties: bool = False
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Job:
     """What `evaluate` reads: the method and its arms, the samples and how to prompt, stop and
     score them."""
@@ -55,6 +55,7 @@ class Job:
     stop: Stop
     device: torch.device
     run: Any  # RunConfig
+    max_new: int  # tokens each sample generates (`config.max_new_tokens`)
 
 
 @dataclass
@@ -97,7 +98,7 @@ def sample_seed(seed: int, sample_id: str) -> int:
 def decode(job: Job, decoder: Decoder, sample: Sample) -> Decoded:
     """Every turn of the sample; a later turn's prompt holds this arm's earlier answers."""
     generator = torch.Generator(device=job.device).manual_seed(sample_seed(job.run.seed, sample.id))
-    max_new = job.run.max_new_tokens or job.task.cfg.max_new_tokens
+    max_new = job.max_new
     out = Decoded([], [], [])
     for k in range(len(sample.user_turns)):
         ids = (

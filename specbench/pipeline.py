@@ -39,7 +39,7 @@ from specbench.tasks.base import Sample, Task
 from specbench.tasks.load import TaskSamples, load_samples
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Plan:
     """Everything validated and tokenised, the store open; nothing loaded yet. `config` is the
     typed config (dataclasses); `identity` its plain form, stored as `config.yaml`."""
@@ -236,17 +236,17 @@ def prepare(cfg: DictConfig, loaded: TaskSamples | None = None) -> Plan:
     store = RunStore.open(identity, run_id)
     device = resolve_device(config.run.device)
     return Plan(
-        config,
-        identity,
-        run_id,
-        method,
-        task,
-        samples,
-        prompt_ids,
-        max_new,
-        tokenizer,
-        device,
-        store,
+        config=config,
+        identity=identity,
+        run_id=run_id,
+        method=method,
+        task=task,
+        samples=samples,
+        prompt_ids=prompt_ids,
+        max_new=max_new,
+        tokenizer=tokenizer,
+        device=device,
+        store=store,
     )
 
 
@@ -326,16 +326,17 @@ def measure_arms(plan: Plan, target: Any, arms: Arms, engine: dict) -> Summary:
         frozenset(target.eos_token_ids), tuple(config.task.stop), decode=plan.tokenizer.decode
     )
     job = Job(
-        method,
-        arms,
-        target,
-        plan.task,
-        plan.samples,
-        plan.prompt_ids,
-        plan.tokenizer,
-        stop,
-        plan.device,
-        config.run,
+        method=method,
+        arms=arms,
+        target=target,
+        task=plan.task,
+        samples=plan.samples,
+        prompt_ids=plan.prompt_ids,
+        tokenizer=plan.tokenizer,
+        stop=stop,
+        device=plan.device,
+        run=config.run,
+        max_new=plan.max_new,
     )
     env = environment(plan.device, config_hash(plan.identity))
     env["engine"] = engine

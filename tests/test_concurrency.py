@@ -63,16 +63,17 @@ def job_of(concurrency: int, n: int, log: list) -> Job:
     method = SimpleNamespace(exact=lambda: True, facts=lambda decoder: {})
     samples = [Sample(id=f"s{i}", prompt="p") for i in range(n)]
     return Job(
-        method,
-        Arms(Clocked(log, "method"), Clocked(log, "baseline"), {}),
-        None,
-        task,
-        samples,
-        {s.id: [i] for i, s in enumerate(samples)},
-        SimpleNamespace(decode=lambda ids, skip_special_tokens: str(ids)),
-        Stop(frozenset()),
-        torch.device("cpu"),
-        SimpleNamespace(seed=0, max_new_tokens=None, concurrency=concurrency, progress=False),
+        method=method,
+        arms=Arms(Clocked(log, "method"), Clocked(log, "baseline"), {}),
+        target=None,
+        task=task,
+        samples=samples,
+        prompt_ids={s.id: [i] for i, s in enumerate(samples)},
+        tokenizer=SimpleNamespace(decode=lambda ids, skip_special_tokens: str(ids)),
+        stop=Stop(frozenset()),
+        device=torch.device("cpu"),
+        run=SimpleNamespace(seed=0, concurrency=concurrency, progress=False),
+        max_new=3,
     )
 
 

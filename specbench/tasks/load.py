@@ -3,7 +3,7 @@ missing or malformed data file is refused as soon as the config composes."""
 
 from __future__ import annotations
 
-from specbench.config import Config
+from specbench.config import Config, max_new_tokens
 from specbench.errors import ConfigError
 from specbench.registry import TASKS
 from specbench.tasks.base import Sample, Task
@@ -41,4 +41,4 @@ def load_samples(config: Config) -> TaskSamples:
                 f"sample id {sample.id!r} appears twice; ids must be unique",
             )
         seen.add(sample.id)
-    return task, samples, config.run.max_new_tokens or config.task.max_new_tokens
+    return task, samples, max_new_tokens(config)
