@@ -19,7 +19,7 @@ from method_overhead import CELLS as METHOD_CELLS
 from specbench import paths
 from specbench.pipeline import execute, prepare
 from specbench.registry import discover
-from specbench.results.summary import Summary
+from specbench.runs.summary import Summary
 
 CELLS = {name: cell for name, cell in METHOD_CELLS.items() if name != "ar"}
 NATIVE = ["drafter=none", "run.max_new_tokens=64"]

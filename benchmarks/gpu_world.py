@@ -40,7 +40,7 @@ from specbench.models import compiled
 from specbench.models.loading import load_causal_lm, load_diffusion_lm, resolve
 from specbench.pipeline import measure_arms, prepare
 from specbench.registry import discover
-from specbench.results.summary import Summary
+from specbench.runs.summary import Summary
 
 # every *_gpu preset; ddtree at three budgets (DFlash runs beside each)
 CELLS = {

@@ -22,9 +22,9 @@ from specbench import interrupt
 from specbench.decoding.generation import Decoder, Generation, Stop
 from specbench.method import Method
 from specbench.metrics.summary import first_divergence
-from specbench.results.record import Arm, Record, tie_tolerance, ulp
-from specbench.results.store import RunStore
-from specbench.results.wandb import WandbMirror
+from specbench.runs.record import Arm, Record, tie_tolerance, ulp
+from specbench.runs.store import RunStore
+from specbench.runs.wandb import WandbMirror
 from specbench.tasks.base import Sample, Task
 
 

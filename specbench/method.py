@@ -16,7 +16,7 @@ from specbench.config import ModelConfig
 from specbench.decoding.generation import Decoder
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
-from specbench.results.summary import Summary
+from specbench.runs.summary import Summary
 
 
 class Method(ABC):

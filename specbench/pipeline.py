@@ -28,13 +28,13 @@ from specbench.metrics.summary import summarize
 from specbench.models import loading
 from specbench.models.kinds import kind_of
 from specbench.registry import BACKENDS, METHODS, discover
-from specbench.results.console import print_summary
-from specbench.results.env import environment, fingerprint
-from specbench.results.machine import of_env
-from specbench.results.record import Record
-from specbench.results.store import RunStore, config_hash
-from specbench.results.summary import Summary
-from specbench.results.wandb import WandbMirror
+from specbench.runs.console import print_summary
+from specbench.runs.env import environment, fingerprint
+from specbench.runs.machine import of_env
+from specbench.runs.record import Record
+from specbench.runs.store import RunStore, config_hash
+from specbench.runs.summary import Summary
+from specbench.runs.wandb import WandbMirror
 from specbench.tasks.base import Sample, Task
 from specbench.tasks.load import TaskSamples, load_samples
 

@@ -28,8 +28,8 @@ from specbench.config import check_knobs, refuse_stray_keys
 from specbench.errors import ConfigError, user_line
 from specbench.interrupt import EXIT_CODE, on_ctrl_c
 from specbench.registry import discover_schemas
-from specbench.results.store import existing_writable
-from specbench.results.sweep import SweepSummary, write_outcome
+from specbench.runs.store import existing_writable
+from specbench.runs.sweep import SweepSummary, write_outcome
 from specbench.tasks.load import load_samples
 
 discover_schemas()  # method and task schemas must be in Hydra's ConfigStore before it composes

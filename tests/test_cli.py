@@ -20,7 +20,7 @@ import yaml
 from conftest import SWALLOWS_CTRL_C
 from specbench import paths
 from specbench.config import RunConfig
-from specbench.results.machine import Machine
+from specbench.runs.machine import Machine
 
 FAST = [
     "run.warmup=1",
@@ -182,7 +182,7 @@ def test_ctrl_c_is_one_line_and_the_rerun_continues_the_same_wandb_run(tmp_path:
 # Ctrl-C while the first sample is mirrored, inside a finalizer, which swallows the exception
 SWALLOWED_CTRL_C = f"""
 import os, signal
-from specbench.results.wandb import WandbMirror
+from specbench.runs.wandb import WandbMirror
 {SWALLOWS_CTRL_C}
 def log_sample(self, record):
     Swallows()
@@ -218,7 +218,7 @@ def test_two_runs_of_one_cell_at_once_record_every_sample_once(tmp_path: Path) -
 # the disk fills up while the second sample's record is written: half of it reaches the file
 FULL_DISK = """
 import errno, os
-from specbench.results import store
+from specbench.runs import store
 write_all = store._write_all
 def full(fd, data):
     if data.startswith(b'{"id": "demo-01"'):

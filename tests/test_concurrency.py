@@ -15,7 +15,7 @@ import torch
 from specbench.decoding.generation import Generation, Stop
 from specbench.evaluate import Arms, Job, evaluate
 from specbench.metrics.summary import summarize
-from specbench.results.record import Arm, Record
+from specbench.runs.record import Arm, Record
 from specbench.tasks.base import Sample
 
 

@@ -19,7 +19,7 @@ LAYERS = [
     {"evaluate"},
     {"decoding", "method", "tasks"},
     {"models", "metrics"},
-    {"config", "errors", "paths", "registry", "devices", "interrupt", "results", "cpu_kernels"},
+    {"config", "errors", "paths", "registry", "devices", "interrupt", "runs", "cpu_kernels"},
 ]
 
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from specbench import paths
-from specbench.results.env import code_dirty, environment, fingerprint
-from specbench.results.machine import Machine, matrix_isa, of_env
+from specbench.runs.env import code_dirty, environment, fingerprint
+from specbench.runs.machine import Machine, matrix_isa, of_env
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import OracleDrafter
 from specbench.errors import ConfigError
 from specbench.pipeline import execute, prepare
-from specbench.results.store import load_records
+from specbench.runs.store import load_records
 
 # (cell, tokens a full round emits: its draft's depth + the bonus)
 CELLS = {

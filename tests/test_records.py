@@ -11,7 +11,7 @@ import torch
 from conftest import builtin, compose_cfg
 from specbench.backends.specbench import Specbench
 from specbench.pipeline import execute, prepare
-from specbench.results.record import tie_tolerance, ulp
+from specbench.runs.record import tie_tolerance, ulp
 
 
 def test_a_divergence_carries_the_baseline_targets_top2_gap_there(tmp_path) -> None:

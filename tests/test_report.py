@@ -21,9 +21,9 @@ from specbench.registry import METHODS, discover
 from specbench.report import acceptance, agreement, aup, cli, figures, leaderboard
 from specbench.report.load import by_machine, higher_is_better, load_runs
 from specbench.report.pareto import pareto_front
-from specbench.results.record import Record
-from specbench.results.store import config_hash
-from specbench.results.summary import Summary
+from specbench.runs.record import Record
+from specbench.runs.store import config_hash
+from specbench.runs.summary import Summary
 
 
 def test_pareto_front_of_a_hand_made_table() -> None:

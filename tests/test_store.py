@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from specbench.errors import ConfigError, user_line
-from specbench.results import store as store_module
-from specbench.results.record import Arm, Record
-from specbench.results.store import RunStore, config_hash, read_records
+from specbench.runs import store as store_module
+from specbench.runs.record import Arm, Record
+from specbench.runs.store import RunStore, config_hash, read_records
 
 
 def config(tmp_path: Path, gamma: int = 4, limit: int = 5, wait_lock: bool = False) -> dict:
@@ -236,7 +236,7 @@ def test_a_run_directory_keeps_its_wandb_run_id(tmp_path: Path) -> None:
 FILL_THEN_LOCK = """
 import contextlib, errno, os, sys
 from pathlib import Path
-from specbench.results.store import lock
+from specbench.runs.store import lock
 root = Path(sys.argv[1])
 run_dir = root / "adhoc" / "cell"
 run_dir.mkdir(parents=True)

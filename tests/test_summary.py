@@ -16,9 +16,9 @@ from specbench.metrics.summary import (
     first_divergence,
     summarize,
 )
-from specbench.results.record import Record, tie_tolerance
-from specbench.results.store import read_records
-from specbench.results.summary import Summary
+from specbench.runs.record import Record, tie_tolerance
+from specbench.runs.store import read_records
+from specbench.runs.summary import Summary
 
 
 def arm(

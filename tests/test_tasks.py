@@ -18,7 +18,7 @@ from specbench import paths
 from specbench.errors import ConfigError
 from specbench.metrics import sandbox
 from specbench.pipeline import execute, prepare
-from specbench.results.summary import Workload
+from specbench.runs.summary import Workload
 from specbench.tasks.cnn_dm import CnnDmConfig, CnnDmTask
 from specbench.tasks.gsm8k import (
     Gsm8kConfig,

@@ -18,7 +18,7 @@ from conftest import compose_cfg
 from specbench.backends.vllm.server import VENV
 from specbench.pipeline import execute, prepare
 from specbench.report.load import load_runs
-from specbench.results.store import load_records
+from specbench.runs.store import load_records
 
 TOOLS = Path(__file__).parents[1] / "tools" / "vllm_steps"  # the proposer's logger, its check
 _spec = importlib.util.spec_from_file_location("vllm_steps", TOOLS / "check.py")

@@ -18,7 +18,7 @@ from specbench.evaluate import Arms
 from specbench.models import compiled
 from specbench.models.kinds import kind_of
 from specbench.registry import BACKENDS
-from specbench.results.summary import CEILING
+from specbench.runs.summary import CEILING
 
 # Models kept from the previous cell of this process, by what made them: released as soon as a
 # cell does not ask for them. Decoders read models' counters as differences and reset their

@@ -17,7 +17,7 @@ from specbench.decoding.warp import Warp
 from specbench.method import Method
 from specbench.metrics import cost
 from specbench.models.causal import CausalLM, ancestor_mask
-from specbench.results.summary import Summary
+from specbench.runs.summary import Summary
 
 
 class Drafter(ABC):

@@ -33,7 +33,7 @@ import torch
 
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import ancestor_mask
-from specbench.results.summary import Metrics
+from specbench.runs.summary import Metrics
 
 GAP = 0.10  # a measured speedup further than this from the prediction is flagged
 

@@ -8,7 +8,7 @@ over the method's. Per-round counters are in the
 method's `round_unit`; `acceptance_rate`, `accept_by_position` and `accepted_at_position` are
 probabilities of accepting a drafted token, so they are null unless the unit is tokens
 (docs/measurement.md#acceptance sets them beside vLLM's and the dflash benchmark's). The summary's schema
-is `specbench.results.summary`'s.
+is `specbench.runs.summary`'s.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from specbench.results.record import Arm, Record
-from specbench.results.summary import CEILING, Metrics, Versus
+from specbench.runs.record import Arm, Record
+from specbench.runs.summary import CEILING, Metrics, Versus
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:

@@ -25,8 +25,8 @@ import pandas as pd  # noqa: E402
 from specbench.metrics.summary import summarize  # noqa: E402
 from specbench.report import ReportError  # noqa: E402
 from specbench.report.load import disambiguate  # noqa: E402
-from specbench.results.record import Record  # noqa: E402
-from specbench.results.store import load_records  # noqa: E402
+from specbench.runs.record import Record  # noqa: E402
+from specbench.runs.store import load_records  # noqa: E402
 
 SHOWN_POSITIONS = 8  # per-position columns of the Markdown table (the CSV has all)
 

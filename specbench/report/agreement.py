@@ -21,8 +21,8 @@ import yaml
 from specbench.metrics.summary import first_divergence
 from specbench.report import ReportError
 from specbench.report.load import flatten
-from specbench.results.record import TIE_ULPS, Arm
-from specbench.results.store import load_records
+from specbench.runs.record import TIE_ULPS, Arm
+from specbench.runs.store import load_records
 
 # what a backend is, not what the cell is: a pair differs in these keys only
 BACKEND_KEYS = ("run.backend", "run.vllm_python", "run.vllm_startup_s")

@@ -9,7 +9,7 @@ import pandas as pd
 
 from specbench.report import ReportError
 from specbench.report.load import disambiguate, higher_is_better
-from specbench.results.summary import TOGETHER, Workload
+from specbench.runs.summary import TOGETHER, Workload
 
 SPEED = {
     "speedup": True,

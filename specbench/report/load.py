@@ -17,8 +17,8 @@ import yaml
 from specbench.decoding.configs import SCHEMAS
 from specbench.registry import TASKS, discover_schemas
 from specbench.report import ReportError
-from specbench.results import machine
-from specbench.results.summary import Summary, Workload
+from specbench.runs import machine
+from specbench.runs.summary import Summary, Workload
 
 # config keys that do not change what a cell is across tasks (the overall table's grouping):
 # the task's, and the workload's, which the overall table checks instead (leaderboard.overall)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import MISSING
 
 from specbench.errors import ConfigError
-from specbench.results.summary import Workload
+from specbench.runs.summary import Workload
 
 if TYPE_CHECKING:  # tasks compose with a config, before transformers is imported
     from transformers import PreTrainedTokenizerBase

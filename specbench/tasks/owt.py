@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from specbench.errors import ConfigError
 from specbench.metrics.quality import OracleLM
 from specbench.registry import TaskSpec, register_task
-from specbench.results.summary import Workload
+from specbench.runs.summary import Workload
 from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ from specbench.method import Method
 from specbench.metrics import cost
 from specbench.models.diffusion import MaskedDiffusionLM, Reading
 from specbench.registry import METHODS
-from specbench.results.summary import Summary
+from specbench.runs.summary import Summary
 
 
 @dataclass

@@ -44,7 +44,7 @@ from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
 from specbench.models.compiled import HOT_TOKENS, CompiledCausalLM, StaticEngine
 from specbench.registry import METHODS
-from specbench.results.summary import Summary
+from specbench.runs.summary import Summary
 
 
 def draft_value(config: Any, name: str, default: Any = None) -> Any:

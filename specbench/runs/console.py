@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from specbench.results.summary import TOGETHER, Metrics, Summary
+from specbench.runs.summary import TOGETHER, Metrics, Summary
 
 COLUMNS = {  # header: (metric, format)
     "n": ("n_samples", "d"),

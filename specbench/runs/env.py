@@ -1,5 +1,5 @@
 """The environment fingerprint that every number carries: the software, the code's commit, and
-the machine (`specbench.results.machine`)."""
+the machine (`specbench.runs.machine`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 import transformers
 
 from specbench import __version__, paths
-from specbench.results.machine import Machine, matrix_isa, of_env
+from specbench.runs.machine import Machine, matrix_isa, of_env
 
 
 def _cmd(args: list[str]) -> str | None:

@@ -30,8 +30,8 @@ from typing import IO, Any
 import yaml
 
 from specbench.errors import ConfigError
-from specbench.results.record import SCHEMA, Record
-from specbench.results.summary import Summary
+from specbench.runs.record import SCHEMA, Record
+from specbench.runs.summary import Summary
 
 # Keys that change how a run is driven or displayed but not what any record means: changing
 # them resumes the same run directory instead of starting a new one.

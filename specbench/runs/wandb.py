@@ -13,9 +13,9 @@ import io
 from typing import Any
 
 from specbench.interrupt import EXIT_CODE
-from specbench.results.record import Record
-from specbench.results.store import RunStore
-from specbench.results.summary import Summary
+from specbench.runs.record import Record
+from specbench.runs.store import RunStore
+from specbench.runs.summary import Summary
 
 
 class WandbMirror:

@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from specbench.results.store import atomic_write
+from specbench.runs.store import atomic_write
 
 
 def write_outcome(status: str, run_id: str | None, error: BaseException | None = None) -> None:
