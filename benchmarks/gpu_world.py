@@ -34,7 +34,7 @@ from hydra import compose, initialize_config_dir
 from specbench import paths
 from specbench.backends.specbench import Specbench
 from specbench.config import ENGINES, ModelConfig
-from specbench.metrics.cost import median_ms
+from specbench.decoding.cost import median_ms
 from specbench.metrics.speed import synchronize
 from specbench.models import compiled
 from specbench.models.loading import load_causal_lm, load_diffusion_lm, resolve

@@ -19,8 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from specbench import paths
-from specbench.metrics import sandbox
+from specbench import paths, sandbox
 from specbench.tasks.humaneval import HumanEvalConfig, HumanEvalTask
 from specbench.tasks.mbpp import MbppConfig, MbppTask
 

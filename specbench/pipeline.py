@@ -17,13 +17,13 @@ from omegaconf import DictConfig, OmegaConf
 from specbench import paths
 from specbench.backends import Backend
 from specbench.config import DTYPE_NAMES, Config, ModelConfig, RunConfig, check_knobs
+from specbench.decoding import cost
 from specbench.decoding.generation import Stop
 from specbench.decoding.warp import Warp
 from specbench.devices import check_device, resolve_device
 from specbench.errors import ConfigError
 from specbench.evaluate import Arms, Job, evaluate, warm_up
 from specbench.method import Method
-from specbench.metrics import cost
 from specbench.metrics.summary import summarize
 from specbench.models import loading
 from specbench.models.kinds import kind_of

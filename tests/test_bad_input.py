@@ -365,8 +365,7 @@ def test_diffusion_drafter_misconfigurations(
 )
 def test_a_code_task_without_its_sandbox_is_one_line(task, source, tmp_path, monkeypatch) -> None:
     """No nsjail: the code task refuses before any model loads and says how to install it."""
-    from specbench import paths
-    from specbench.metrics import sandbox
+    from specbench import paths, sandbox
 
     def missing() -> str:
         raise sandbox.SandboxUnavailable(f"the code sandbox needs nsjail: {sandbox.INSTALL}")

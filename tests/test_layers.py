@@ -1,5 +1,5 @@
 """The package's layers only point down (docs/architecture.md): CLI -> pipeline -> backends ->
-evaluate -> decoding (methods, tasks) -> models (and the metrics they time) -> core. A
+evaluate -> decoding (methods, tasks) -> models (and the metrics they time, the sandbox) -> core. A
 module-level import from a lower layer to a higher one fails here, as does the report CLI
 importing torch (it reads stored results; torch costs it seconds)."""
 
@@ -18,7 +18,7 @@ LAYERS = [
     {"backends"},
     {"evaluate"},
     {"decoding", "method", "tasks"},
-    {"models", "metrics"},
+    {"models", "metrics", "sandbox"},
     {"config", "errors", "paths", "registry", "devices", "interrupt", "runs", "cpu_kernels"},
 ]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from specbench.metrics import sandbox
+from specbench import sandbox
 
 LIMITS = sandbox.Limits(wall_s=4.0, cpu_s=2, memory_mb=512, disk_mb=8, file_mb=4)
 WRONG = "def f(x):\n    return 2 + x\n"
@@ -548,7 +548,7 @@ def test_nsjail_leaves_no_work_directories() -> None:
     """nsjail makes its root and tmp mount points in /tmp and leaves them; the last check out
     removes them. Run in a private /tmp, so no other test's check is running there."""
     script = (
-        "from specbench.metrics import sandbox\n"
+        "from specbench import sandbox\n"
         "import os\n"
         "outcome = sandbox.run(sandbox.Check('def f():\\n    return 1\\n', 'assert f() == 1\\n', ('f',)))\n"
         "print(outcome.status, [n for n in os.listdir('/tmp') if 'nsjail' in n])\n"
@@ -566,7 +566,7 @@ def test_nsjail_leaves_no_work_directories() -> None:
 
 HOLD_A_FULL_TMPFS = """
 import sys
-from specbench.metrics import sandbox
+from specbench import sandbox
 
 sandbox.FIRST_OUTSIDE_ID = int(sys.argv[1])
 program = (

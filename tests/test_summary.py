@@ -237,7 +237,7 @@ def test_first_divergence() -> None:
 
 
 def test_the_cost_model_predicts_from_acceptance_and_forward_costs() -> None:
-    from specbench.metrics.cost import predict_speculative, verdict
+    from specbench.decoding.cost import predict_speculative, verdict
 
     # gamma 3, alpha 0.8, 0.5, 0.5: E = 1 + 0.8 + 0.4 + 0.2 = 2.4 tokens per round; a round costs
     # 3 drafter calls of 1 ms and a 4-token verification of 6 ms; plain decoding 5 ms per token
@@ -250,7 +250,7 @@ def test_the_cost_model_predicts_from_acceptance_and_forward_costs() -> None:
 
 
 def test_a_predicted_slowdown_says_what_the_forwards_cost_in_target_steps() -> None:
-    from specbench.metrics.cost import why_slow
+    from specbench.decoding.cost import why_slow
 
     verify = {"target_1": 27.6, "target_5": 85.6, "drafter_call": 1.8}
     assert why_slow(verify) == "verifying 5 tokens costs 3.1 target steps, a drafter call 0.07"

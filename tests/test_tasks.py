@@ -14,9 +14,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from conftest import compose_cfg
-from specbench import paths
+from specbench import paths, sandbox
 from specbench.errors import ConfigError
-from specbench.metrics import sandbox
 from specbench.pipeline import execute, prepare
 from specbench.runs.summary import Workload
 from specbench.tasks.cnn_dm import CnnDmConfig, CnnDmTask

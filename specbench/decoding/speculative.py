@@ -10,12 +10,12 @@ from typing import Protocol
 
 import torch
 
+from specbench.decoding import cost
 from specbench.decoding.generation import Decoder, Draft, Generation, Meter, Stop
 from specbench.decoding.trees import tree_positions
 from specbench.decoding.verify import AcceptanceRule, TreeRule
 from specbench.decoding.warp import Warp
 from specbench.method import Method
-from specbench.metrics import cost
 from specbench.models.causal import CausalLM, ancestor_mask
 from specbench.runs.summary import Summary
 

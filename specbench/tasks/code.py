@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from specbench import sandbox
 from specbench.errors import ConfigError
-from specbench.metrics import sandbox
 from specbench.tasks.base import TaskConfig
 
 FENCE = re.compile(r"```(?:python|py)?\n(.*?)(?:```|$)", re.DOTALL)

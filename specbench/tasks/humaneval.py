@@ -3,15 +3,15 @@
 Base targets continue the function's signature and docstring and stop where the Codex paper
 stops (a new top-level block); instruct targets are asked to complete the function through the
 chat template and the first fenced code block of the reply is taken (the whole reply when there
-is none). Tests run in `specbench.metrics.sandbox`, never in this process.
+is none). Tests run in `specbench.sandbox`, never in this process.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specbench import sandbox
 from specbench.errors import ConfigError
-from specbench.metrics import sandbox
 from specbench.registry import TaskSpec, register_task
 from specbench.tasks.base import Sample, Task, rows_from
 from specbench.tasks.code import CodeTaskConfig, code_of, require_sandbox

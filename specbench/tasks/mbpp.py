@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specbench import sandbox
 from specbench.errors import ConfigError
-from specbench.metrics import sandbox
 from specbench.registry import TaskSpec, register_task
 from specbench.tasks.base import Sample, Task, rows_from
 from specbench.tasks.code import CodeTaskConfig, code_of, require_sandbox

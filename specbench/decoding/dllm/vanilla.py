@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specbench.config import ModelConfig
+from specbench.decoding import cost
 from specbench.decoding.configs import DLLMConfig
 from specbench.decoding.dllm.policies import (
     BLOCK,
@@ -31,7 +32,6 @@ from specbench.decoding.dllm.policies import (
 )
 from specbench.decoding.generation import Generation, Meter, Stop
 from specbench.method import Method
-from specbench.metrics import cost
 from specbench.models.diffusion import MaskedDiffusionLM, Reading
 from specbench.registry import METHODS
 from specbench.runs.summary import Summary

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, StaticCache
 
+from specbench.decoding import cost
 from specbench.decoding.configs import DFlashConfig
 from specbench.decoding.drafters.ar import rule_label
 from specbench.decoding.generation import Draft
@@ -39,7 +40,6 @@ from specbench.decoding.speculative import (
 )
 from specbench.decoding.verify import is_lossless, make_rule
 from specbench.decoding.warp import Warp
-from specbench.metrics import cost
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
 from specbench.models.compiled import HOT_TOKENS, CompiledCausalLM, StaticEngine
