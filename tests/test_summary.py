@@ -16,9 +16,11 @@ from specbench.metrics.summary import (
     first_divergence,
     summarize,
 )
+from specbench.runs import console
+from specbench.runs.acceptance import Acceptance
 from specbench.runs.record import Record, tie_tolerance
 from specbench.runs.store import read_records
-from specbench.runs.summary import Summary
+from specbench.runs.summary import Metrics, Summary
 
 
 def arm(
@@ -264,3 +266,20 @@ def test_rounds_that_drafted_nothing_are_in_the_histogram_not_in_vllms_rates() -
     rounds = SimpleNamespace(drafted_per_round=[0, 3, 3, 2], accepted_per_round=[0, 3, 1, 0])
     assert accepted_at_position([rounds]) == pytest.approx([2 / 3, 1 / 3, 1 / 3])
     assert accepted_hist([rounds]) == {"0": 2, "1": 1, "2": 0, "3": 1}
+
+
+def test_console_and_report_render_one_acceptance_view() -> None:
+    """Shares of rounds by units accepted (the console cuts the bins past the last reached,
+    the report keeps them) and the per-position rates, from one view of the metrics."""
+    metrics = Metrics(
+        n_samples=1,
+        round_unit="tokens",
+        accepted_hist={"0": 1, "1": 3, "2": 1, "3": 0},
+        accept_by_position=[0.8, 0.25],
+    )
+    view = Acceptance.of(metrics)
+    assert view.shares == {0: 0.2, 1: 0.6, 2: 0.2, 3: 0.0} and view.rounds == 5
+    assert view.reached == {0: 0.2, 1: 0.6, 2: 0.2}
+    assert console._acceptance_line(metrics) == (
+        "accepted per round: 0:20% 1:60% 2:20% | P(i accepted | reached): 0.80 0.25"
+    )

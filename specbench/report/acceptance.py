@@ -25,6 +25,7 @@ import pandas as pd  # noqa: E402
 from specbench.metrics.summary import summarize  # noqa: E402
 from specbench.report import ReportError  # noqa: E402
 from specbench.report.load import disambiguate  # noqa: E402
+from specbench.runs.acceptance import Acceptance  # noqa: E402
 from specbench.runs.record import Record  # noqa: E402
 from specbench.runs.store import load_records  # noqa: E402
 
@@ -46,7 +47,7 @@ def row(cell: str, task: str, category: str, records: list[Record], unit: str) -
         for r in records
         if r.accepted_per_round
     ]
-    rounds = sum(metrics.accepted_hist.values())
+    view = Acceptance.of(metrics)
     return {
         "cell": cell,
         "task": task,
@@ -57,9 +58,9 @@ def row(cell: str, task: str, category: str, records: list[Record], unit: str) -
         "tau": metrics.tau,
         "accepted_per_round": metrics.accepted_per_round,
         "acceptance_rate": metrics.acceptance_rate,
-        "hist": {int(k): v / rounds for k, v in metrics.accepted_hist.items()} if rounds else {},
-        "by_position": metrics.accept_by_position or [],
-        "at_position": metrics.accepted_at_position or [],
+        "hist": view.shares,
+        "by_position": view.by_position,
+        "at_position": view.at_position,
         "per_sample": spread(per_sample),
     }
 

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from specbench.runs.acceptance import Acceptance
 from specbench.runs.summary import TOGETHER, Metrics, Summary
 
 COLUMNS = {  # header: (metric, format)
@@ -36,16 +37,11 @@ def _row(name: str, metrics: Metrics) -> list[str]:
 def _acceptance_line(summary: Summary) -> str:
     """The histogram of units accepted per round (% of rounds, bins past the last reached
     cut) and, for drafted tokens, the conditional per-position rates."""
-    rounds = sum(summary.accepted_hist.values()) or 1
-    last = max((int(k) for k, v in summary.accepted_hist.items() if v), default=0)
-    hist = " ".join(
-        f"{k}:{100 * v / rounds:.0f}%" for k, v in summary.accepted_hist.items() if int(k) <= last
-    )
+    view = Acceptance.of(summary)
+    hist = " ".join(f"{k}:{100 * share:.0f}%" for k, share in view.reached.items())
     line = f"accepted per round: {hist}"
-    if summary.accept_by_position:
-        line += " | P(i accepted | reached): " + " ".join(
-            f"{p:.2f}" for p in summary.accept_by_position[:8]
-        )
+    if view.by_position:
+        line += " | P(i accepted | reached): " + " ".join(f"{p:.2f}" for p in view.by_position[:8])
     return line
 
 

@@ -13,6 +13,7 @@ import io
 from typing import Any
 
 from specbench.interrupt import EXIT_CODE
+from specbench.runs.acceptance import Acceptance
 from specbench.runs.record import Record
 from specbench.runs.store import RunStore
 from specbench.runs.summary import Summary
@@ -100,18 +101,16 @@ class WandbMirror:
     def acceptance(self, summary: Summary) -> dict:
         """The acceptance histogram (rounds by units accepted) and, for drafted tokens, both
         per-position rates, as W&B charts (docs/measurement.md#acceptance)."""
-        wandb, charts = self.wandb, {}
-        if summary.accepted_hist:
-            rows = [[int(k), v] for k, v in summary.accepted_hist.items()]
+        wandb, charts, view = self.wandb, {}, Acceptance.of(summary)
+        if view.counts:
+            rows = [[k, v] for k, v in view.counts.items()]
             hist = wandb.Table(columns=["accepted", "rounds"], data=rows)
-            title = f"{summary.round_unit} accepted per round"
+            title = f"{view.unit} accepted per round"
             charts["accepted_hist"] = wandb.plot.bar(hist, "accepted", "rounds", title=title)
-        if summary.accept_by_position:
+        if view.by_position:
             rows = [
                 [i + 1, cond, vllm]
-                for i, (cond, vllm) in enumerate(
-                    zip(summary.accept_by_position, summary.accepted_at_position or [])
-                )
+                for i, (cond, vllm) in enumerate(zip(view.by_position, view.at_position))
             ]
             columns = ["position", "accept_by_position", "accepted_at_position"]
             charts["acceptance_by_position"] = wandb.Table(columns=columns, data=rows)
