@@ -225,8 +225,7 @@ def prepare(cfg: DictConfig, loaded: TaskSamples | None = None) -> Plan:
     if method.drafter_kind is None:  # a drafter the method does not take is not its identity
         config.drafter = ModelConfig(name="none", name_or_path=None, kind="none")
     tokenizer, contexts = check_models(config, method)
-    drafter = loading.resolve(config.drafter, "drafter") if method.drafter_kind else None
-    backend_of(config).prepare(config, method, drafter)
+    backend_of(config).prepare(config, method)
     task, samples, max_new = loaded or load_samples(config)
     method.check_task(task, samples)
     prompt_ids = {s.id: task.prompt_ids(tokenizer, s, config.target.chat_template) for s in samples}

@@ -52,9 +52,9 @@ class Backend(ABC):
                 "run.oracle", True, "is specbench's own arm; use run.backend=specbench"
             )
 
-    def prepare(self, config: Config, method: Method, drafter: str | None) -> None:
+    def prepare(self, config: Config, method: Method) -> None:
         """Raise `ConfigError` on what only files tell (an engine's install, a drafter's
-        config), before the run directory opens; `drafter` is the drafter's path or hub id."""
+        config), before the run directory opens."""
         return None
 
     @abstractmethod

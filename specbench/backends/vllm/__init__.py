@@ -109,9 +109,9 @@ class VLLM(Backend):
                 "run.backend", self.name, f"vLLM runs methods {runs}; not {method.name}"
             )
 
-    def prepare(self, config: Config, method: Method, drafter: str | None) -> None:
+    def prepare(self, config: Config, method: Method) -> None:
         python_of(config.run)
-        SPECULATIVE[method.name](method, drafter)
+        SPECULATIVE[method.name](method, drafter_of(config, method))
 
     def arms(self, plan: Any, stack: ExitStack) -> tuple[Any, Arms, dict[str, Any]]:
         """The method and baseline arms in vLLM's servers; the target is loaded here too, for
