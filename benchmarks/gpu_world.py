@@ -32,7 +32,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from specbench import paths
-from specbench.backends.specbench import Specbench
+from specbench.backends.specbench.backend import Specbench
 from specbench.config import ENGINES, ModelConfig
 from specbench.decoding.cost import median_ms
 from specbench.metrics.speed import synchronize

@@ -28,7 +28,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from specbench import paths
-from specbench.backends.specbench import load_models
+from specbench.backends.specbench.backend import load_models
 from specbench.config import ENGINES
 from specbench.metrics.speed import synchronize
 from specbench.pipeline import prepare

@@ -108,13 +108,7 @@ class RunConfig:
     # eager: transformers' forward and dynamic cache; compiled: torch.compile of every model,
     # on static caches for causal LMs (specbench/models/compiled.py)
     engine: str = "eager"
-    # a registered backend (specbench/backends/): specbench, its own engine (run.engine); vllm,
-    # every arm inside `vllm serve`, run from a separate environment (`make vllm`, or
-    # run.vllm_python: a python with vllm installed)
-    backend: str = "specbench"
-    vllm_python: str | None = None
-    vllm_startup_s: int = 900  # the longest a server may take to answer /health
-    # requests in flight at once, per arm (a serving engine's batch; run.backend=vllm): a
+    # requests in flight at once, per arm (a serving engine's batch, e.g. backend=vllm): a
     # sweep is a multirun, run.concurrency=1,4,16, one cell per level
     concurrency: int = 1
     temperature: float = 0.0
@@ -138,6 +132,7 @@ class Config:
     task: Any = MISSING
     logging: LoggingConfig = MISSING
     run: RunConfig = MISSING
+    backend: Any = MISSING  # the engine the arms run on: a backend's config (conf/backend/)
 
 
 def _register() -> None:
@@ -227,7 +222,6 @@ def check_run(run: RunConfig) -> None:
             run.engine in ENGINES,
             f"allowed: {', '.join(ENGINES)}",
         ),
-        ("run.vllm_startup_s", run.vllm_startup_s, run.vllm_startup_s >= 1, "must be >= 1"),
         ("run.concurrency", run.concurrency, run.concurrency >= 1, "must be an integer >= 1"),
     ]
     for key, value, ok, allowed in checks:
@@ -237,8 +231,10 @@ def check_run(run: RunConfig) -> None:
 
 def check_knobs(config: Config) -> None:
     """Every knob that needs no torch, no model and no dataset, checked as soon as the config
-    composes: the run's, the task's and the method's (their configs' own `check`)."""
+    composes: the run's, the backend's, the task's and the method's (their configs' own
+    `check`)."""
     check_run(config.run)
+    config.backend.check()
     config.logging.wandb.check()
     config.task.check()
     config.method.check(config.run.temperature, max_new_tokens(config))

@@ -27,7 +27,7 @@ from specbench.method import Method
 from specbench.metrics.summary import summarize
 from specbench.models import loading
 from specbench.models.kinds import kind_of
-from specbench.registry import BACKENDS, METHODS, discover
+from specbench.registry import BACKEND_CONFIGS, BACKENDS, METHODS, discover
 from specbench.runs.console import print_summary
 from specbench.runs.env import environment, fingerprint
 from specbench.runs.machine import of_env
@@ -129,10 +129,14 @@ def validate(config: Config) -> Method:
 
 
 def backend_of(config: Config) -> Backend:
-    """The registered backend `run.backend` names."""
-    if config.run.backend not in BACKENDS:
-        raise ConfigError("run.backend", config.run.backend, f"allowed: {', '.join(BACKENDS)}")
-    return BACKENDS[config.run.backend]()
+    """The registered backend the `backend` group chose (its config's `name`)."""
+    name = config.backend.name
+    chosen = name in BACKENDS and name in BACKEND_CONFIGS
+    if not chosen or type(config.backend) is not BACKEND_CONFIGS[name]:
+        raise ConfigError(
+            "backend.name", name, f"choose a backend with backend=<{'|'.join(BACKENDS)}>"
+        )
+    return BACKENDS[name]()
 
 
 def _check_oracle(config: Config, method: Method) -> None:

@@ -34,7 +34,7 @@ from specbench.tasks.load import load_samples
 
 discover_schemas()  # method and task schemas must be in Hydra's ConfigStore before it composes
 
-GROUPS = ("target", "drafter", "method", "task", "logging", "run", "experiment")
+GROUPS = ("target", "drafter", "method", "task", "logging", "run", "backend", "experiment")
 
 
 def choices(group: str) -> list[str]:

@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from scipy.stats import chisquare
 
 from specbench import paths
-from specbench.backends.specbench import RESIDENT
+from specbench.backends.specbench.backend import RESIDENT
 from specbench.config import ModelConfig
 from specbench.models.causal import CausalLM
 from specbench.models.diffusion import MaskedDiffusionLM

@@ -359,12 +359,15 @@ def test_a_refused_run_writes_nothing(override: str, line: str, tmp_path: Path) 
     assert code == 2 and results.is_dir() and list(results.iterdir()) == []
 
 
-def test_an_unknown_method_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
-    code, out, err = finish(specbench(["method=nope"], tmp_path), timeout=120)
-    methods = sorted(p.stem for p in (paths.CONF_DIR / "method").glob("*.yaml"))
-    assert code == 2 and {"ar", "sps", "specdiff"} <= set(methods)
+@pytest.mark.parametrize(("group", "some"), [("method", {"ar", "sps"}), ("backend", {"vllm"})])
+def test_an_unknown_choice_is_one_line_and_exit_code_2(
+    group: str, some: set[str], tmp_path: Path
+) -> None:
+    code, out, err = finish(specbench([f"{group}=nope"], tmp_path), timeout=120)
+    options = sorted(p.stem for p in (paths.CONF_DIR / group).glob("*.yaml"))
+    assert code == 2 and some <= set(options)
     assert err.strip().splitlines() == [
-        f"specbench: error: method='nope': unknown method; allowed: {', '.join(methods)}"
+        f"specbench: error: {group}='nope': unknown {group}; allowed: {', '.join(options)}"
     ]
 
 

@@ -19,7 +19,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from conftest import compose_cfg
 from specbench import paths
-from specbench.backends.specbench import RESIDENT
+from specbench.backends.specbench.backend import RESIDENT
 from specbench.config import ModelConfig
 from specbench.models import compiled, loading
 from specbench.models.loading import resolve

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import builtin, compose_cfg
-from specbench.backends.specbench import Specbench
+from specbench.backends.specbench.backend import Specbench
 from specbench.pipeline import execute, prepare
 from specbench.runs.record import tie_tolerance, ulp
 

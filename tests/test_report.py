@@ -80,6 +80,10 @@ def write_run(root: Path, cell: dict, records: list[dict], task: str = "tiny_cod
             "temperature": cell.get("temperature", 0.0),
             **{k.split(".", 1)[1]: v for k, v in cell.items() if k.startswith("run.")},
         },
+        "backend": {
+            "name": "specbench",
+            **{k.split(".", 1)[1]: v for k, v in cell.items() if k.startswith("backend.")},
+        },
     }
     run_id = f"{cls.name}-{target}-{drafter}-{task}-{config_hash(config)[:8]}"
     run_dir = root / experiment / run_id
@@ -450,7 +454,8 @@ def test_a_groups_aup_reads_shares_as_percent_against_the_best_accuracy_shown() 
 def test_a_vllm_cell_names_its_backend_and_requests_in_flight(tmp_path: Path) -> None:
     """The same SpS config on both backends and at two concurrencies: four rows, never one."""
     sps = {"method": "sps", "method.gamma": 4}
-    for extra in ({}, {"run.backend": "vllm"}, {"run.backend": "vllm", "run.concurrency": 4}):
+    vllm = {"backend.name": "vllm", "backend.python": None, "backend.startup_s": 900}
+    for extra in ({}, vllm, {**vllm, "run.concurrency": 4}):
         write_run(tmp_path, {**sps, **extra}, [record(0, 10, 1.0, 4, 2.0, 0.5)])
     frame, _ = leaderboard.table(load_runs(tmp_path), "tiny_code")
     assert sorted(frame.index) == [
@@ -458,6 +463,32 @@ def test_a_vllm_cell_names_its_backend_and_requests_in_flight(tmp_path: Path) ->
         "sps γ4 · tiny/tiny-ar [vllm c4]",
         "sps γ4 · tiny/tiny-ar [vllm]",
     ]
+
+
+def test_a_config_stored_before_the_backend_group_reads_as_the_current_one(
+    tmp_path: Path,
+) -> None:
+    """Run directories whose config.yaml still has run.backend and the vLLM knobs (every
+    reference run before the `backend` group) read back with those knobs under `backend`: a
+    vLLM cell keeps them and its label, specbench's own is the same cell as one written now."""
+    cell = {"method": "sps", "method.gamma": 4}
+    write_run(tmp_path / "now", cell, [record(0, 10, 1.0, 4, 2.0, 0.5)])
+    write_run(tmp_path / "old", cell, [record(0, 10, 1.0, 4, 2.0, 0.5)])
+    stored = next((tmp_path / "old").glob("*/*/config.yaml"))
+    config = yaml.safe_load(stored.read_text())
+    del config["backend"]
+
+    def store_old(backend: str) -> pd.Series:
+        legacy = {"backend": backend, "vllm_python": None, "vllm_startup_s": 900}
+        stored.write_text(yaml.safe_dump({**config, "run": {**config["run"], **legacy}}))
+        return load_runs(tmp_path / "old").iloc[0]
+
+    vllm = store_old("vllm")
+    assert (vllm["backend.name"], vllm["backend.startup_s"]) == ("vllm", 900)
+    assert "run.backend" not in vllm and vllm["cell"].endswith("[vllm]")
+    own = store_old("specbench")
+    assert "backend.startup_s" not in own
+    assert own["cell_id"] == load_runs(tmp_path / "now").iloc[0]["cell_id"]
 
 
 def test_agreement_pairs_a_cell_across_backends_sample_by_sample(tmp_path: Path) -> None:
@@ -484,9 +515,9 @@ def test_agreement_pairs_a_cell_across_backends_sample_by_sample(tmp_path: Path)
         "top2_ulps": gaps,
     }
     sps = {"method": "sps", "method.gamma": 4}
-    write_run(tmp_path, {**sps, "run.backend": "specbench"}, ours)
-    write_run(tmp_path, {**sps, "run.backend": "vllm"}, theirs)
-    write_run(tmp_path, {**sps, "method.gamma": 2, "run.backend": "vllm"}, theirs)
+    write_run(tmp_path, {**sps, "backend.name": "specbench"}, ours)
+    write_run(tmp_path, {**sps, "backend.name": "vllm", "backend.python": "/opt/py"}, theirs)
+    write_run(tmp_path, {**sps, "method.gamma": 2, "backend.name": "vllm"}, theirs)
     frame = agreement.table(load_runs(tmp_path))
     assert len(frame) == 1
     row = frame.iloc[0]

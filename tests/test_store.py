@@ -30,6 +30,7 @@ def config(tmp_path: Path, gamma: int = 4, limit: int = 5, wait_lock: bool = Fal
             "wait_lock": wait_lock,
         },
         "logging": {"wandb": {"mode": "disabled"}},
+        "backend": {"name": "specbench"},
     }
 
 
@@ -90,6 +91,25 @@ def test_records_of_another_schema_are_refused_in_one_line(tmp_path: Path) -> No
     with pytest.raises(ConfigError) as err:
         RunStore.open(config(tmp_path), "run")
     assert "not a schema-2 specbench record" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("backend", "resumes"), [("specbench", True), ("vllm", False)])
+def test_a_run_directory_from_before_the_backend_group_resumes_as_its_backend(
+    tmp_path: Path, backend: str, resumes: bool
+) -> None:
+    """A config.yaml with run.backend and the vLLM knobs (before the `backend` group) is the
+    same cell as today's config of its backend: specbench's resumes, vLLM's is another cell."""
+    now = config(tmp_path)
+    RunStore.open(now, "run").close()
+    legacy = {"backend": backend, "vllm_python": None, "vllm_startup_s": 900}
+    stored = {k: v for k, v in now.items() if k != "backend"}
+    stored["run"] = {**now["run"], **legacy}
+    (tmp_path / "adhoc" / "run" / "config.yaml").write_text(json.dumps(stored))
+    if resumes:
+        RunStore.open(now, "run").close()
+        return
+    with pytest.raises(ConfigError, match=r"backend\.name: 'vllm' -> 'specbench'"):
+        RunStore.open(now, "run")
 
 
 def test_a_run_directory_of_another_config_is_refused(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""`run.backend=vllm` against real vLLM servers on the tiny world (`make test-vllm`, after
+"""`backend=vllm` against real vLLM servers on the tiny world (`make test-vllm`, after
 `make vllm`): the same cell on both backends decodes the same tokens with the same acceptance,
 the backend is part of the cell, and no server outlives its run, also when it is interrupted."""
 
@@ -45,7 +45,7 @@ def ar_in_vllm(results: Path) -> list[str]:
         "method=ar",
         "run.limit=40",
         "run.max_new_tokens=128",
-        "run.backend=vllm",
+        "backend=vllm",
         "logging.wandb.mode=disabled",
         f"run.results_dir={results}",
     ]
@@ -74,7 +74,7 @@ def test_sps_in_vllm_decodes_and_accepts_as_specbench_does(tmp_path: Path) -> No
     lossless against their own backend's plain decoding, and stay apart in the report."""
     sps = ["method=sps", "drafter=tiny-ar", "method.gamma=4"]
     ours, our_records = run_cell(tmp_path, *sps)
-    theirs, their_records = run_cell(tmp_path, *sps, "run.backend=vllm")
+    theirs, their_records = run_cell(tmp_path, *sps, "backend=vllm")
     assert theirs.lossless_rate == ours.lossless_rate == 1.0
     for mine, served in zip(our_records, their_records):
         assert served.method.output_ids == mine.method.output_ids
@@ -102,7 +102,7 @@ def test_pld_in_vllm_drafts_decodes_and_accepts_as_specbench_does(
     monkeypatch.setenv("VLLM_NGRAM_LOG", str(log))
     pld = ["method=pld", "method.gamma=4"]
     ours, our_records = run_cell(tmp_path, *pld)
-    theirs, their_records = run_cell(tmp_path, *pld, "run.backend=vllm")
+    theirs, their_records = run_cell(tmp_path, *pld, "backend=vllm")
     assert theirs.lossless_rate == ours.lossless_rate == 1.0
     ran = vllm_steps.requests(log)
     for mine, served in zip(our_records, their_records):
@@ -122,7 +122,7 @@ def test_requests_in_flight_together_are_each_decoded_and_recorded_once(tmp_path
     one request at a time decodes, the requests overlapping (more than 2 in flight on average,
     so throughput over busy seconds exceeds the per-user rate), and the level in the name."""
     served, served_records = run_cell(
-        tmp_path, "method=ar", "run.limit=8", "run.backend=vllm", "run.concurrency=4"
+        tmp_path, "method=ar", "run.limit=8", "backend=vllm", "run.concurrency=4"
     )
     alone, alone_records = run_cell(tmp_path, "method=ar", "run.limit=8")
     assert [r.id for r in served_records] == [r.id for r in alone_records]

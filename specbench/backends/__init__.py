@@ -1,19 +1,24 @@
-"""Backends: the engines a cell's arms run on, one registered `Backend` each (`run.backend`).
+"""Backends: the engines a cell's arms run on, one package each, chosen by the `backend` config
+group (`backend=vllm`).
 
-The pipeline asks the cell's backend, never names one: whether it can run the cell (before any
-file is read), what it must check on disk before the store opens, and, once the store is open,
-the arms it runs (starting whatever it needs, stopped when the cell's `ExitStack` closes).
-`specbench` is specbench's own engine (eager or compiled, `run.engine`); `vllm` serves every
-arm from `vllm serve` processes and owns its table from method configs to vLLM's speculative
-config. Adding an engine is one module or package here with one `Backend` subclass registered
-with `@BACKENDS.register`, and its tests (docs/architecture.md).
+A backend's package holds its knobs in a torch-free `config.py` (a `BackendConfig` registered
+with `BACKEND_CONFIGS`, which Hydra validates `conf/backend/<name>.yaml` against) and its engine
+in `backend.py` (a `Backend` registered with `@BACKENDS.register`). The pipeline asks the cell's
+backend, never names one: whether it can run the cell (before any file is read), what it must
+check on disk before the store opens, and, once the store is open, the arms it runs (starting
+whatever it needs, stopped when the cell's `ExitStack` closes). `specbench` is specbench's own
+engine (eager or compiled, `run.engine`); `vllm` serves every arm from `vllm serve` processes
+and owns its table from method configs to vLLM's speculative config (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from omegaconf import MISSING
 
 from specbench.errors import ConfigError
 from specbench.registry import BACKENDS
@@ -25,6 +30,17 @@ if TYPE_CHECKING:
 
 # tokens a chat template may add around one later user turn of a multi-turn sample
 TEMPLATE_ALLOWANCE = 64
+
+
+@dataclass
+class BackendConfig:
+    """A backend's knobs: `name` selects the registered `Backend`; subclasses add their own."""
+
+    name: str = MISSING
+
+    def check(self) -> None:
+        """Raise `ConfigError` on a knob out of range (no file read, no torch)."""
+        return None
 
 
 class Backend(ABC):
@@ -45,12 +61,10 @@ class Backend(ABC):
             raise ConfigError(
                 "run.concurrency",
                 config.run.concurrency,
-                f"needs run.backend={batching} ({self.name} decodes one request at a time)",
+                f"needs backend={batching} ({self.name} decodes one request at a time)",
             )
         if config.run.oracle and not self.own_arms:
-            raise ConfigError(
-                "run.oracle", True, "is specbench's own arm; use run.backend=specbench"
-            )
+            raise ConfigError("run.oracle", True, "is specbench's own arm; use backend=specbench")
 
     def prepare(self, config: Config, method: Method) -> None:
         """Raise `ConfigError` on what only files tell (an engine's install, a drafter's

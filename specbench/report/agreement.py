@@ -22,16 +22,15 @@ from specbench.metrics.summary import first_divergence
 from specbench.report import ReportError
 from specbench.report.load import flatten
 from specbench.runs.record import TIE_ULPS, Arm
-from specbench.runs.store import load_records
+from specbench.runs.store import load_records, upgraded
 
-# what a backend is, not what the cell is: a pair differs in these keys only
-BACKEND_KEYS = ("run.backend", "run.vllm_python", "run.vllm_startup_s")
 OWN = "specbench"  # the engine the other backends are set beside
 
 
 def pair_key(config: dict) -> str:
+    """The cell without its backend (the `backend` group): a pair differs in that only."""
     return json.dumps(
-        {k: v for k, v in flatten(config).items() if k not in BACKEND_KEYS},
+        {k: v for k, v in flatten(config).items() if not k.startswith("backend.")},
         sort_keys=True,
         default=str,
     )
@@ -43,8 +42,7 @@ def pairs(runs: pd.DataFrame, configs: dict[str, dict]) -> list[tuple[pd.Series,
     runs = runs.assign(
         pair=[pair_key(configs[r]) + m for r, m in zip(runs["run_dir"], runs["machine"])]
     )
-    backend = runs["run.backend"].fillna(OWN) if "run.backend" in runs else OWN
-    runs = runs.assign(backend=backend)
+    runs = runs.assign(backend=runs["backend.name"])
     found = []
     for _, group in runs.groupby("pair", sort=False):
         own = group[group["backend"] == OWN]
@@ -108,14 +106,14 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
     found = pairs(runs, configs)
     if not found:
         raise ReportError(
-            "no cell was run on two backends (the same config with run.backend=specbench and "
-            "run.backend=vllm)"
+            "no cell was run on two backends (the same config with backend=specbench and "
+            "backend=vllm)"
         )
     return pd.DataFrame([compare(own, other) for own, other in found])
 
 
 def _config(run_dir: Path) -> dict:
-    return yaml.safe_load((run_dir / "config.yaml").read_text())
+    return upgraded(yaml.safe_load((run_dir / "config.yaml").read_text()))
 
 
 def _fmt(value: float | None, spec: str) -> str:

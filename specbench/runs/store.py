@@ -249,7 +249,25 @@ def stored_config(saved: Path, run_id: str) -> dict[str, Any] | None:
             f"to resume the records there under this config, or delete {saved.parent} to start "
             "over",
         )
-    return old
+    return upgraded(old)
+
+
+# run knobs a stored config had before backends took their own config group, and where they
+# live now (`backend.<key>`)
+MOVED_TO_BACKEND = {"backend": "name", "vllm_python": "python", "vllm_startup_s": "startup_s"}
+
+
+def upgraded(config: dict[str, Any]) -> dict[str, Any]:
+    """A stored config as the current schema writes it: configs from before the `backend`
+    group get one (specbench's own engine takes no knobs, so only another backend keeps the
+    moved ones), so old run directories resume and read beside new ones."""
+    if "backend" in config or "run" not in config:
+        return config
+    run = dict(config["run"])
+    moved = {new: run.pop(old) for old, new in MOVED_TO_BACKEND.items() if old in run}
+    name = moved.get("name") or "specbench"
+    backend = {"name": name} if name == "specbench" else {**moved, "name": name}
+    return {**config, "run": run, "backend": backend}
 
 
 class RunStore:

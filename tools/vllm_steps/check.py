@@ -2,7 +2,7 @@
 rounds vLLM's engine ran, read from a log of its ngram proposer (sitecustomize.py):
 
     PYTHONPATH=tools/vllm_steps VLLM_NGRAM_LOG=/tmp/ngram.jsonl specbench-run \\
-        experiment=vllm_tiny method=pld run.backend=vllm run.limit=20 run.results_dir=/tmp/r
+        experiment=vllm_tiny method=pld backend=vllm run.limit=20 run.results_dir=/tmp/r
     .venv/bin/python tools/vllm_steps/check.py /tmp/ngram.jsonl /tmp/r/vllm_tiny/pld-*/
 
 Per sample: the last request in the log that generated its output, its steps as (drafted,

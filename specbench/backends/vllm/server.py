@@ -1,6 +1,6 @@
-"""vLLM's servers and requests for `run.backend=vllm` (the backend: `__init__.py`).
+"""vLLM's servers and requests for `backend=vllm` (the backend: `backend.py`).
 
-vLLM runs from its own environment (`make vllm` builds `.venv-vllm`; `run.vllm_python` names
+vLLM runs from its own environment (`make vllm` builds `.venv-vllm`; `backend.python` names
 any other python with vllm installed), so specbench talks to it as a process: one `vllm serve`
 (the OpenAI-compatible server) per arm, on a free loopback port, its log in the run directory.
 Prompts go as token ids (no second tokenization) to `/v1/completions`, streamed, so the first
@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from specbench import paths
+from specbench.backends.vllm.config import VLLMConfig
 from specbench.config import ModelConfig, RunConfig
 from specbench.decoding.generation import Generation, Stop
 from specbench.decoding.warp import Warp
@@ -43,15 +44,15 @@ SERVED_NAME = "target"  # the name each server gives its model in requests
 DraftsAt = Callable[[list[int]], bool] | None
 
 
-def python_of(run: RunConfig) -> str:
+def python_of(backend: VLLMConfig) -> str:
     """The vLLM environment's python, refused in one line when it has no vLLM."""
-    python = run.vllm_python or str(VENV / "bin" / "python")
+    python = backend.python or str(VENV / "bin" / "python")
     if not Path(python).is_file():
         raise ConfigError(
-            "run.vllm_python",
+            "backend.python",
             python,
             "no vLLM environment there: run `make vllm` (builds .venv-vllm), or set "
-            "run.vllm_python to a python that has vllm installed",
+            "backend.python to a python that has vllm installed",
         )
     return python
 
@@ -311,8 +312,8 @@ def server_args(
 @dataclass(frozen=True)
 class Launch:
     """How every server of a cell starts: vLLM's python, the target (its config for the
-    revision, its path or hub id), dtype and longest sequence, the run's seed, baseline and
-    startup limit, and where the logs go."""
+    revision, its path or hub id), dtype and longest sequence, the run's seed and baseline,
+    the startup limit, and where the logs go."""
 
     python: str
     target: ModelConfig
@@ -320,6 +321,7 @@ class Launch:
     dtype: str
     max_len: int
     run: RunConfig
+    startup_s: int
     logs: Path
 
 
@@ -337,7 +339,7 @@ def start_arms(
     for role, spec in specs.items():
         args = server_args(launch.target, launch.dtype, launch.max_len, run.seed, spec)
         log = launch.logs / f"vllm-{role}.log"
-        server = Server(launch.python, launch.model, args, log, run.vllm_startup_s)
+        server = Server(launch.python, launch.model, args, log, launch.startup_s)
         stack.callback(server.stop)
         servers[role] = server.launch()
     decoders = {

@@ -1,4 +1,4 @@
-"""`run.backend=specbench`: every arm on specbench's own engine, eager or compiled (`run.engine`),
+"""`backend=specbench`: every arm on specbench's own engine, eager or compiled (`run.engine`),
 with the models loaded by their kinds. Consecutive cells of one process share their models
 (`RESIDENT`): a sweep in one process, or the GPU world's check, loads and compiles a target
 once while the next cell asks for the same.
