@@ -45,13 +45,16 @@ SECONDS_PER_CELL = 60  # a cell of 20 samples with its calibration, warm-up and 
 def row(summary: Summary) -> str:
     """A cell's line: its speedup over the target's decoding, the cost model's prediction, and
     its ratios to every further arm it ran beside (a tree's chain)."""
+    columns = summary.columns()
     text = (
-        f"speedup {summary.speedup:.2f}  predicted {summary.predicted_speedup:.2f}"
+        f"speedup {columns['speedup']:.2f}  predicted {summary.predicted_speedup:.2f}"
         f"  gap {summary.prediction_gap:+.0%}  tau {summary.tau:.2f}  tpf {summary.tpf:.2f}"
-        f"  lossless {summary.lossless_rate:.2f}"
+        f"  lossless {columns['lossless_rate']:.2f}"
     )
-    for name, arm in summary.vs.items():
-        text += f"  | vs {name}: speedup {arm.speedup:.2f}, NFE reduction {arm.nfe_reduction:.2f}"
+    for name, arm in columns["vs"].items():
+        text += (
+            f"  | vs {name}: speedup {arm['speedup']:.2f}, NFE reduction {arm['nfe_reduction']:.2f}"
+        )
     return text
 
 

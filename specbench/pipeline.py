@@ -275,7 +275,7 @@ def summarise(plan: Plan, job: Job, env: dict[str, Any]) -> Summary:
         env=fingerprint(env),
         machine=of_env(env).label(),
     )
-    if records and summary.speedup and backend_of(config).predicts:
+    if records and summary.base and summary.base.speedup and backend_of(config).predicts:
         prompt = plan.prompt_ids[plan.samples[0].id]
         summary = replace(summary, **method.cost_model(job.arms.method, prompt, summary))
     return summary
@@ -310,7 +310,7 @@ def foresee(plan: Plan, job: Job, warmed: list[Record], env: dict[str, Any]) -> 
     if not warmed or not backend_of(plan.config).predicts:
         return
     metrics = summarize(warmed, greedy=method.warp.greedy, round_unit=method.round_unit)
-    if not metrics.speedup:  # no baseline arm: the block model compares with it
+    if not (metrics.base and metrics.base.speedup):  # the block model compares with it
         return
     model = method.cost_model(job.arms.method, plan.prompt_ids[warmed[0].id], metrics)
     if model and model["predicted_speedup"] < 1:

@@ -32,7 +32,7 @@ def test_a_divergence_carries_the_baseline_targets_top2_gap_there(tmp_path) -> N
     summary = execute(plan)
     assert not summary.lossless and summary.lossless_wrt is None
     diverged = [r for r in plan.store.records if r.first_divergence is not None]
-    assert diverged and summary.lossless_rate == 1 - len(diverged) / 4
+    assert diverged and summary.base.identical_rate == 1 - len(diverged) / 4
     target = builtin("random-gpt2")
     for r in diverged:
         prefix = plan.prompt_ids[r.id] + r.baseline.output_ids[: r.first_divergence]
@@ -40,7 +40,7 @@ def test_a_divergence_carries_the_baseline_targets_top2_gap_there(tmp_path) -> N
         assert r.baseline.output_ids[r.first_divergence] == int(target.prefill(prefix).argmax())
         assert r.divergence_gap == pytest.approx(float(top[0] - top[1]), abs=1e-4)  # fp64 copy
         assert r.tie_flip is (r.divergence_gap <= tie_tolerance(torch.float32, float(top[0])))
-    assert summary.tie_flip_rate == sum(bool(r.tie_flip) for r in diverged) / 4
+    assert summary.base.tie_flip_rate == sum(bool(r.tie_flip) for r in diverged) / 4
 
 
 def test_cells_of_another_backend_record_the_targets_top2_gap_before_every_token(

@@ -79,13 +79,15 @@ def test_summary_equals_hand_computed_values(records: list[Record]) -> None:
     s = summarize(records, greedy=True, round_unit="tokens")
     assert s.n_samples == 2 and s.new_tokens == 10
     assert s.tok_s == pytest.approx(10 / 3.0)
-    assert s.baseline_tok_s == pytest.approx(10 / 5.0)
-    assert s.speedup == pytest.approx((10 / 3.0) / (10 / 5.0))
+    assert s.base.tok_s == pytest.approx(10 / 5.0)
+    assert s.base.speedup == pytest.approx((10 / 3.0) / (10 / 5.0))
     # Spec-Bench's speed.py: mean per-sample speed (3, 4) over the baseline's (2, 2)
-    assert s.speedup_specbench == pytest.approx(3.5 / 2.0)
+    assert s.base.speedup_specbench == pytest.approx(3.5 / 2.0)
     # dflash's benchmark: mean per-sample (wall - ttft) / tokens, baseline's over the method's
     method_tpot = ((2.0 - 0.5) / 6 + (1.0 - 0.3) / 4) / 2
-    assert s.speedup_dflash == pytest.approx(((3.0 - 0.5) / 6 + (2.0 - 0.3) / 4) / 2 / method_tpot)
+    assert s.base.speedup_dflash == pytest.approx(
+        ((3.0 - 0.5) / 6 + (2.0 - 0.3) / 4) / 2 / method_tpot
+    )
     assert s.tau == pytest.approx(10 / 5)
     assert s.acceptance_rate == pytest.approx(5 / 15)
     assert s.emitted_hist == {"1": 1, "2": 3, "3": 1}
@@ -103,13 +105,13 @@ def test_summary_equals_hand_computed_values(records: list[Record]) -> None:
     assert s.positions_per_call == pytest.approx(2.0)
     assert s.ttft_ms == pytest.approx(400.0)
     assert s.tpot_ms == pytest.approx(1000 * 2.2 / 8)
-    assert s.lossless_rate == pytest.approx(0.5)
-    assert s.tie_flip_rate == pytest.approx(0.5)
+    assert s.base.identical_rate == pytest.approx(0.5)
+    assert s.base.tie_flip_rate == pytest.approx(0.5)
     assert s.quality == {"rouge1": pytest.approx(0.375)}
-    assert s.baseline_quality == {"rouge1": pytest.approx(0.625)}
+    assert s.base.quality == {"rouge1": pytest.approx(0.625)}
     assert (s.n_rounds, s.drafted, s.accepted) == (5, 15, 5)
-    assert s.baseline_nfe == pytest.approx(5.0) and s.baseline_tpf == pytest.approx(1.0)
-    assert s.nfe_reduction == pytest.approx(5.0 / 2.5)
+    assert s.base.nfe == pytest.approx(5.0) and s.base.tpf == pytest.approx(1.0)
+    assert s.base.nfe_reduction == pytest.approx(5.0 / 2.5)
     ref = s.vs["one_token_per_step"]
     assert ref.speedup == pytest.approx((10 / 3.0) / (10 / 14.0))
     assert ref.speedup_specbench == pytest.approx(3.5 / ((1.0 + 0.5) / 2))
@@ -130,23 +132,26 @@ def test_acceptance_is_reported_only_for_drafted_tokens(records: list[Record]) -
 
 def test_sampled_runs_report_no_token_level_lossless_rate(records: list[Record]) -> None:
     s = summarize(records, greedy=False)
-    assert s.lossless_rate is None and s.tie_flip_rate is None
+    assert s.base.identical_rate is None and s.base.tie_flip_rate is None
 
 
 def test_an_unmeasured_divergence_leaves_the_tie_flip_rate_unknown(records: list[Record]) -> None:
     """A diffusion LLM's decoder has no top-2 logits to read: its divergences are not ties."""
     diverged = next(r for r in records if r.first_divergence is not None)
     diverged.tie_flip = None
-    assert summarize(records, greedy=True).tie_flip_rate is None
+    assert summarize(records, greedy=True).base.tie_flip_rate is None
     diverged.tie_flip = False
-    assert summarize(records, greedy=True).tie_flip_rate == pytest.approx(0.0)
+    assert summarize(records, greedy=True).base.tie_flip_rate == pytest.approx(0.0)
 
 
 def test_without_baseline_there_is_no_speedup(records: list[Record]) -> None:
     for r in records:
         r.baseline = None
     s = summarize(records, greedy=True)
-    assert s.speedup is None and s.baseline_tok_s is None and s.lossless_rate is None
+    columns = s.columns()
+    assert s.base is None and "baseline" not in s.vs
+    assert columns["speedup"] is None and columns["baseline_tok_s"] is None
+    assert columns["lossless_rate"] is None and Metrics.from_json(columns).base is None
 
 
 def a_summary(records: list[Record]) -> Summary:
@@ -178,6 +183,9 @@ def test_a_summary_reads_back_as_it_was_written(records: list[Record]) -> None:
     summary = a_summary(records)
     row = json.loads(json.dumps(summary.to_json()))
     assert row["approximate_cache"] is False and "facts" not in row
+    # the baseline's comparison as the flat columns the reports read, not a `vs` arm
+    assert (row["speedup"], row["lossless_rate"]) == (summary.base.speedup, 0.5)
+    assert row["baseline_quality"] == summary.base.quality and "baseline" not in row["vs"]
     assert Summary.from_json(row) == summary
     assert Summary.from_json(row).by_category["math"].n_samples == 1
     assert Summary.from_json(row).vs["one_token_per_step"].identical_rate == pytest.approx(0.5)

@@ -75,7 +75,7 @@ def test_sps_in_vllm_decodes_and_accepts_as_specbench_does(tmp_path: Path) -> No
     sps = ["method=sps", "drafter=tiny-ar", "method.gamma=4"]
     ours, our_records = run_cell(tmp_path, *sps)
     theirs, their_records = run_cell(tmp_path, *sps, "backend=vllm")
-    assert theirs.lossless_rate == ours.lossless_rate == 1.0
+    assert theirs.base.identical_rate == ours.base.identical_rate == 1.0
     for mine, served in zip(our_records, their_records):
         assert served.method.output_ids == mine.method.output_ids
         assert served.baseline.output_ids == mine.baseline.output_ids
@@ -103,7 +103,7 @@ def test_pld_in_vllm_drafts_decodes_and_accepts_as_specbench_does(
     pld = ["method=pld", "method.gamma=4"]
     ours, our_records = run_cell(tmp_path, *pld)
     theirs, their_records = run_cell(tmp_path, *pld, "backend=vllm")
-    assert theirs.lossless_rate == ours.lossless_rate == 1.0
+    assert theirs.base.identical_rate == ours.base.identical_rate == 1.0
     ran = vllm_steps.requests(log)
     for mine, served in zip(our_records, their_records):
         assert served.method.output_ids == mine.method.output_ids

@@ -139,7 +139,7 @@ def speculative(
     }
     calls = summary.nfe_drafter * summary.n_samples / rounds
     predicted = predict_speculative(summary.accept_by_position[:n], calls, forward_ms, verified)
-    return {"forward_ms": forward_ms, **verdict(predicted, summary.speedup)}
+    return {"forward_ms": forward_ms, **verdict(predicted, summary.base.speedup)}
 
 
 def predict_speculative(
@@ -164,14 +164,14 @@ def block(decoder: Any, prompt_ids: list[int], summary: Metrics) -> dict[str, An
     target.reset()
     decoder.begin()  # a fresh reading through the decoder's cache, as a generation starts
     decoder.logits(canvas, lo, lo + width)  # fills a prefix cache once, as decoding does
-    rows = max(1, round(summary.positions_per_call / summary.baseline_positions_per_call))
+    rows = max(1, round(summary.positions_per_call / summary.base.positions_per_call))
     forward_ms = {
         "call_1_row": median_ms(lambda: decoder.logits(canvas, lo, lo + width), target.device),
         f"call_{rows}_rows": median_ms(
             lambda: decoder.verify_call(canvas, lo, lo + width, rows), target.device
         ),
     }
-    predicted = (summary.tpf / summary.baseline_tpf) * (
+    predicted = (summary.tpf / summary.base.tpf) * (
         forward_ms["call_1_row"] / forward_ms[f"call_{rows}_rows"]
     )
-    return {"forward_ms": forward_ms, **verdict(predicted, summary.speedup)}
+    return {"forward_ms": forward_ms, **verdict(predicted, summary.base.speedup)}

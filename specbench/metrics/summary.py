@@ -14,13 +14,14 @@ is `specbench.runs.summary`'s.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from statistics import mean
 from typing import Any
 
 import numpy as np
 
 from specbench.runs.record import Arm, Record
-from specbench.runs.summary import CEILING, Metrics, Versus
+from specbench.runs.summary import BASELINE, CEILING, Metrics, Versus
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -187,6 +188,9 @@ def summarize(
         for k in names
         if all(k in r.references for r in records)
     }
+    if all(r.baseline for r in records):
+        base = versus(records, [r.baseline for r in records], greedy)
+        vs[BASELINE] = replace(base, tie_flip_rate=tie_flip_rate(records) if greedy else None)
     return Metrics(
         n_samples=n,
         new_tokens=new,
@@ -206,7 +210,6 @@ def summarize(
         in_flight=_ratio(wall, busy_seconds(arms)),
         **latency_percentiles(arms),
         quality=mine["quality"],
-        **(_against_baseline(records, greedy) if all(r.baseline for r in records) else {}),
         vs=vs,
         ceiling_fraction=vs[CEILING].speedup if CEILING in vs else None,
         by_category={
@@ -216,22 +219,3 @@ def summarize(
             for c in (categories if by_category else [])
         },
     )
-
-
-def _against_baseline(records: list[Record], greedy: bool) -> dict[str, Any]:
-    base = versus(records, [r.baseline for r in records], greedy)
-    return {
-        "baseline_tok_s": base.tok_s,
-        "speedup": base.speedup,
-        "baseline_throughput_tok_s": base.throughput_tok_s,
-        "throughput_speedup": base.throughput_speedup,
-        "speedup_specbench": base.speedup_specbench,
-        "speedup_dflash": base.speedup_dflash,
-        "baseline_quality": base.quality,
-        "baseline_nfe": base.nfe,
-        "baseline_tpf": base.tpf,
-        "baseline_positions_per_call": base.positions_per_call,
-        "nfe_reduction": base.nfe_reduction,
-        "lossless_rate": base.identical_rate,
-        "tie_flip_rate": tie_flip_rate(records) if greedy else None,
-    }

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specbench.runs.acceptance import Acceptance
-from specbench.runs.summary import TOGETHER, Metrics, Summary
+from specbench.runs.summary import BASELINE, TOGETHER, Metrics, Summary
 
 COLUMNS = {  # header: (metric, format)
     "n": ("n_samples", "d"),
@@ -31,7 +31,8 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def _row(name: str, metrics: Metrics) -> list[str]:
-    return [name, *(_fmt(getattr(metrics, key), spec) for key, spec in COLUMNS.values())]
+    columns = metrics.columns()
+    return [name, *(_fmt(columns[key], spec) for key, spec in COLUMNS.values())]
 
 
 def _acceptance_line(summary: Summary) -> str:
@@ -47,8 +48,12 @@ def _acceptance_line(summary: Summary) -> str:
 
 def _serving_line(summary: Summary) -> str:
     """Requests in flight together: throughput beside the baseline's, and latency percentiles."""
-    base = summary.baseline_throughput_tok_s
-    versus = "" if base is None else f" (baseline {base:.1f}, {summary.throughput_speedup:.2f}x)"
+    base = summary.base
+    versus = (
+        ""
+        if base is None
+        else f" (baseline {base.throughput_tok_s:.1f}, {base.throughput_speedup:.2f}x)"
+    )
     ttft = "/".join(_fmt(getattr(summary, f"ttft_p{q}_ms"), ".0f") for q in (50, 90, 99))
     tpot = "/".join(_fmt(getattr(summary, f"tpot_p{q}_ms"), ".1f") for q in (50, 90, 99))
     return (
@@ -67,16 +72,17 @@ def print_summary(summary: Summary, run_dir: Any) -> None:
         table.add_row(*_row(category, part))
     console = Console(width=max(120, shutil.get_terminal_size().columns))
     console.print(table)
-    baseline = summary.baseline_quality or {}
+    base = summary.base
+    baseline = base.quality if base else {}
     for metric, value in summary.quality.items():
         beside = f"  (baseline {baseline[metric]:.4g})" if metric in baseline else ""
         console.print(f"{summary.task} {metric}: {value:.4g}{beside}")
     if summary.baseline:
         claim = "lossless" if summary.lossless else "lossy"
         console.print(f"baseline: {summary.baseline} ({claim} with respect to it)")
-    if summary.tie_flip_rate:
+    if base and base.tie_flip_rate:
         console.print(
-            f"tie flips: {summary.tie_flip_rate:.0%} of samples diverge where the baseline's "
+            f"tie flips: {base.tie_flip_rate:.0%} of samples diverge where the baseline's "
             "top-2 logits are within rounding"
         )
     if summary.round_unit and summary.accepted_per_round is not None:
@@ -93,6 +99,8 @@ def print_summary(summary: Summary, run_dir: Any) -> None:
             "perfect drafter (vs oracle)"
         )
     for name, other in summary.vs.items():
+        if name == BASELINE:  # the table's row
+            continue
         console.print(
             f"vs {name.replace('_', ' ')}: speedup {_fmt(other.speedup, '.2f')}, "
             f"NFE reduction {_fmt(other.nfe_reduction, '.2f')}, its TPF {_fmt(other.tpf, '.2f')}"
@@ -103,7 +111,7 @@ def print_summary(summary: Summary, run_dir: Any) -> None:
         flag = "  [bold red]gap above 10%[/bold red]" if summary.prediction_flag else ""
         console.print(
             f"predicted speedup {summary.predicted_speedup:.2f} from acceptance and forward "
-            f"costs (measured {summary.speedup:.2f}, gap {summary.prediction_gap:+.0%}){flag}"
+            f"costs (measured {base.speedup:.2f}, gap {summary.prediction_gap:+.0%}){flag}"
         )
     console.print(f"[dim]{summary.env}[/dim]")
     console.print(f"records: {run_dir}")

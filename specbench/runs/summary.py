@@ -4,12 +4,15 @@ in `specbench.metrics.summary`, which computes them).
 
 A summary is the cell's identity (run id, method, its label, models, task, what losslessness is
 with respect to), the method's facts of this config, the run-level metrics of its records (also
-per category), the method against the baseline and every reference arm, the cost model's
-prediction, and the machine. On disk it is one flat JSON object, the method's facts at its top
-level (they are report columns, as config keys are); a metric the run has no value for is null:
-acceptance of drafted tokens where rounds count steps, the baseline's numbers without a
-baseline arm, a prediction without a cost model, a metric added after the file was written;
-the categories are empty where the task has none.
+per category), the method against every other arm (a `Versus` each: the baseline's under
+`BASELINE`, and every reference arm), the cost model's prediction, and the machine. On disk it
+is one flat JSON object made by `Metrics.columns`, the one place the flat names are made: the
+baseline's comparison under the names the console, the leaderboards and W&B read (`speedup`,
+`lossless_rate`, `baseline_tok_s`, ...: `BASELINE_COLUMNS`), the other arms under `vs`, the
+method's facts at the top level (they are report columns, as config keys are). A metric the run
+has no value for is null: acceptance of drafted tokens where rounds count steps, the baseline's
+numbers without a baseline arm, a prediction without a cost model, a metric added after the
+file was written; the categories are empty where the task has none.
 """
 
 from __future__ import annotations
@@ -36,6 +39,28 @@ class Versus:
     throughput_speedup: float | None = None
     nfe_reduction: float | None
     identical_rate: float | None  # token equality with this arm; greedy runs only
+    # the share of samples diverging from this arm at a measured tie of its top-2 logits
+    tie_flip_rate: float | None = None
+
+
+BASELINE = "baseline"  # the `vs` arm of the target's own decoding (`run.baseline`)
+# the baseline's comparison as flat columns: the names summary.json, the console, the
+# leaderboards and W&B know the headline by (null where the cell ran no baseline arm)
+BASELINE_COLUMNS = {
+    "tok_s": "baseline_tok_s",
+    "speedup": "speedup",
+    "throughput_tok_s": "baseline_throughput_tok_s",
+    "throughput_speedup": "throughput_speedup",
+    "speedup_specbench": "speedup_specbench",
+    "speedup_dflash": "speedup_dflash",
+    "quality": "baseline_quality",
+    "nfe": "baseline_nfe",
+    "tpf": "baseline_tpf",
+    "positions_per_call": "baseline_positions_per_call",
+    "nfe_reduction": "nfe_reduction",
+    "identical_rate": "lossless_rate",
+    "tie_flip_rate": "tie_flip_rate",
+}
 
 
 @dataclass(kw_only=True)
@@ -79,28 +104,34 @@ class Metrics:
     tpot_p90_ms: float | None = None
     tpot_p99_ms: float | None = None
     quality: dict[str, float] = field(default_factory=dict)
-    # the method against the baseline arm (absent without one)
-    baseline_tok_s: float | None = None
-    speedup: float | None = None
-    baseline_throughput_tok_s: float | None = None
-    throughput_speedup: float | None = None  # throughput over the baseline's (concurrent runs)
-    speedup_specbench: float | None = None
-    speedup_dflash: float | None = None
-    baseline_quality: dict[str, float] | None = None
-    baseline_nfe: float | None = None
-    baseline_tpf: float | None = None
-    baseline_positions_per_call: float | None = None
-    nfe_reduction: float | None = None
-    lossless_rate: float | None = None  # token equality with the baseline; greedy runs only
-    tie_flip_rate: float | None = None
-    vs: dict[str, Versus] = field(default_factory=dict)  # reference arms by name
+    # the method against every other arm by name: the baseline (`BASELINE`, absent without
+    # one) and the reference arms
+    vs: dict[str, Versus] = field(default_factory=dict)
     # the method's throughput over its ceiling's (`vs.oracle`, `run.oracle`): the share of
     # what a perfect drafter buys in this system that this drafter buys
     ceiling_fraction: float | None = None
     by_category: dict[str, Metrics] = field(default_factory=dict)
 
+    @property
+    def base(self) -> Versus | None:
+        """The method against the baseline arm; None where the cell ran none."""
+        return self.vs.get(BASELINE)
+
+    def columns(self) -> dict[str, Any]:
+        """The flat row: every metric by its field name, the baseline's comparison under
+        `BASELINE_COLUMNS`' names, the reference arms under `vs`, each category likewise."""
+        row = {f.name: getattr(self, f.name) for f in fields(self)}
+        references = {k: asdict(v) for k, v in self.vs.items() if k != BASELINE}
+        base = asdict(self.base) if self.base else {}
+        return {
+            **row,
+            **{flat: base.get(name) for name, flat in BASELINE_COLUMNS.items()},
+            "vs": references,
+            "by_category": {k: part.columns() for k, part in self.by_category.items()},
+        }
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.columns()
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> Metrics:
@@ -169,7 +200,7 @@ class Summary(Metrics):
         return cls(**{f.name: getattr(metrics, f.name) for f in fields(Metrics)}, **identity)
 
     def to_json(self) -> dict[str, Any]:
-        row = asdict(self)
+        row = self.columns()
         facts = row.pop("facts")
         return {**row, **facts}
 
@@ -177,7 +208,7 @@ class Summary(Metrics):
     def from_json(cls, row: dict[str, Any]) -> Summary:
         """A summary read back; the keys it does not own are the method's facts. A file that
         lacks the identity raises ValueError naming what is missing."""
-        names = {f.name for f in fields(cls)} - {"facts"}
+        names = ({f.name for f in fields(cls)} | set(BASELINE_COLUMNS.values())) - {"facts"}
         missing = sorted(f.name for f in fields(cls) if _required(f) and f.name not in row)
         if missing:
             raise ValueError(f"not a specbench run summary (missing {missing})")
@@ -208,9 +239,16 @@ def _known(cls: type, row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _owned(cls: type, row: dict[str, Any]) -> dict[str, Any]:
-    """The row's fields of `cls`, the comparisons and categories in it typed."""
+    """The row's fields of `cls` from its flat columns, the comparisons (the baseline's from
+    its columns) and categories in it typed."""
+    flat = {k: row.get(k) for k in BASELINE_COLUMNS.values()}
+    row = {k: v for k, v in row.items() if k not in flat}
+    vs = {k: Versus(**_known(Versus, v)) for k, v in row.get("vs", {}).items()}
+    if flat["baseline_nfe"] is not None:  # the cell ran a baseline arm
+        base = {name: flat[column] for name, column in BASELINE_COLUMNS.items()}
+        vs[BASELINE] = Versus(**{**base, "quality": base["quality"] or {}})
     return {
         **_known(cls, row),
-        "vs": {k: Versus(**_known(Versus, v)) for k, v in row.get("vs", {}).items()},
+        "vs": vs,
         "by_category": {k: Metrics.from_json(v) for k, v in row.get("by_category", {}).items()},
     }
