@@ -23,7 +23,7 @@ from specbench import paths
 from specbench.config import ModelConfig
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
-from specbench.models.loading import load_causal_lm
+from specbench.models.kinds.causal import load_causal_lm
 from specbench.models.tiny.dlm import block_causal_mask
 
 

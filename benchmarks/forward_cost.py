@@ -24,7 +24,8 @@ from specbench.config import ModelConfig
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
 from specbench.models.diffusion import MaskedDiffusionLM
-from specbench.models.loading import load_causal_lm, load_diffusion_lm
+from specbench.models.kinds.causal import load_causal_lm
+from specbench.models.kinds.diffusion import load_diffusion_lm
 
 CURVE = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 DTYPE = {"tiny": "float32", "tiny-ar": "float32", "tiny-xl": "bfloat16"}

@@ -37,7 +37,9 @@ from specbench.config import ENGINES, ModelConfig
 from specbench.decoding.cost import median_ms
 from specbench.metrics.speed import synchronize
 from specbench.models import compiled
-from specbench.models.loading import load_causal_lm, load_diffusion_lm, resolve
+from specbench.models.kinds.causal import load_causal_lm
+from specbench.models.kinds.diffusion import load_diffusion_lm
+from specbench.models.loading import resolve
 from specbench.pipeline import measure_arms, prepare
 from specbench.registry import discover
 from specbench.runs.summary import Summary

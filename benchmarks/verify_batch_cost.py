@@ -20,7 +20,7 @@ import torch
 from specbench.config import ModelConfig
 from specbench.metrics.speed import synchronize
 from specbench.models.diffusion import MaskedDiffusionLM
-from specbench.models.loading import load_diffusion_lm
+from specbench.models.kinds.diffusion import load_diffusion_lm
 
 
 def forward_ms(dlm: MaskedDiffusionLM, reading, canvas: torch.Tensor, lo: int, hi: int) -> float:

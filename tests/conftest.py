@@ -24,7 +24,8 @@ from specbench.backends.specbench.backend import RESIDENT
 from specbench.config import ModelConfig
 from specbench.models.causal import CausalLM
 from specbench.models.diffusion import MaskedDiffusionLM
-from specbench.models.loading import load_causal_lm, load_diffusion_lm
+from specbench.models.kinds.causal import load_causal_lm
+from specbench.models.kinds.diffusion import load_diffusion_lm
 from specbench.pipeline import execute, prepare
 from specbench.registry import discover
 

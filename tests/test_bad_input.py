@@ -15,8 +15,9 @@ from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedModel
 from conftest import compose_cfg
 from specbench import paths
 from specbench.errors import ConfigError
-from specbench.models import loading
+from specbench.models.kinds import causal as causal_kind
 from specbench.models.kinds import dflash as dflash_kind
+from specbench.models.kinds import diffusion as diffusion_kind
 from specbench.models.random_init import gpt2_tokenizer
 from specbench.pipeline import prepare
 from specbench.run import check_group_choices
@@ -30,8 +31,8 @@ def no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("weights were loaded before validation finished")
 
-    monkeypatch.setattr(loading, "load_causal_lm", refuse)
-    monkeypatch.setattr(loading, "load_diffusion_lm", refuse)
+    monkeypatch.setattr(causal_kind, "load_causal_lm", refuse)
+    monkeypatch.setattr(diffusion_kind, "load_diffusion_lm", refuse)
     monkeypatch.setattr(dflash_kind, "load", refuse)
     monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(refuse))
 

@@ -9,7 +9,7 @@ from omegaconf.errors import ConfigKeyError
 
 from conftest import compose_cfg
 from specbench.errors import ConfigError
-from specbench.models.loading import load_causal_lm
+from specbench.models.kinds.causal import load_causal_lm
 from specbench.pipeline import prepare
 
 

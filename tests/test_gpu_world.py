@@ -21,7 +21,8 @@ from conftest import compose_cfg
 from specbench import paths
 from specbench.backends.specbench.backend import RESIDENT
 from specbench.config import ModelConfig
-from specbench.models import compiled, loading
+from specbench.models import compiled
+from specbench.models.kinds import causal as causal_kind
 from specbench.models.loading import resolve
 from specbench.models.tiny.dlm import TinyDLM, TinyDLMConfig
 from specbench.models.tiny.grow import GPU, REHEARSAL, grown_config
@@ -134,9 +135,9 @@ def test_consecutive_cells_share_their_models_and_decode_as_fresh_ones(tmp_path,
     """A cell after one with the same target and drafter loads nothing and records what a fresh
     process records; a cell that takes no drafter releases it."""
     loaded: list[str] = []
-    load = loading.load_causal_lm
+    load = causal_kind.load_causal_lm
     monkeypatch.setattr(
-        loading, "load_causal_lm", lambda cfg, *a: loaded.append(cfg.name) or load(cfg, *a)
+        causal_kind, "load_causal_lm", lambda cfg, *a: loaded.append(cfg.name) or load(cfg, *a)
     )
     cell = ["method=sps", "run.limit=2", "run.max_new_tokens=24"]
     models = ("tiny", "tiny-ar")  # (the task's scoring loads a model of its own)

@@ -63,7 +63,7 @@ class OracleLM:
 @cache
 def _load_oracle(name_or_path: str):
     from specbench.devices import resolve_device
-    from specbench.models.loading import load_causal_lm
+    from specbench.models.kinds.causal import load_causal_lm
 
     cfg = ModelConfig(name="oracle", name_or_path=name_or_path)
     return load_causal_lm(cfg, "task.oracle", resolve_device("auto"), "auto")

@@ -1,7 +1,8 @@
-"""Load targets and drafters from the hub, a local `save_pretrained` directory, or a built-in.
+"""Read checkpoints from the hub, a local `save_pretrained` directory, or a built-in: where
+they are, their configs, tokenizers, tensor headers, and their weights into a model class.
 
-Everything here except `load_causal_lm` reads only configs and tokenizers, so validation can
-run before any weight loads.
+Everything here except `load_weights` reads only configs, tokenizers and headers, so validation
+can run before any weight loads; each model kind (`models/kinds/`) builds its models from them.
 """
 
 from __future__ import annotations
@@ -17,19 +18,11 @@ from typing import TypeVar
 
 import torch
 from safetensors import SafetensorError, safe_open
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    PretrainedConfig,
-    PreTrainedTokenizerBase,
-)
+from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
 
 from specbench import paths
 from specbench.config import DTYPE_NAMES, ModelConfig
 from specbench.errors import ConfigError
-from specbench.models.causal import CausalLM, eos_token_ids
-from specbench.models.diffusion import ADAPTERS, MaskedDiffusionLM
 from specbench.models.hub import check_reference
 from specbench.registry import BUILTIN_MODELS, discover
 
@@ -228,35 +221,3 @@ def load_weights(
     if cfg.device_map is None:
         model.to(device)
     return model
-
-
-def load_causal_lm(cfg: ModelConfig, key: str, device: torch.device, run_dtype: str) -> CausalLM:
-    model = load_weights(
-        AutoModelForCausalLM, cfg, key, device, run_dtype, trust_remote_code=cfg.trust_remote_code
-    )
-    return CausalLM(model, load_tokenizer(cfg, key), cfg.name)
-
-
-def load_diffusion_lm(
-    cfg: ModelConfig, key: str, device: torch.device, run_dtype: str
-) -> MaskedDiffusionLM:
-    """A masked-diffusion LM behind the adapter its config names (`adapter`, `mask_token_id`,
-    `context_length` are facts about the checkpoint, kept in its YAML)."""
-    if cfg.adapter not in ADAPTERS:
-        raise ConfigError(f"{key}.adapter", cfg.adapter, f"allowed: {', '.join(ADAPTERS)}")
-    wrapper, auto = ADAPTERS[cfg.adapter]
-    model = load_weights(auto, cfg, key, device, run_dtype, trust_remote_code=cfg.trust_remote_code)
-    mask_id = cfg.mask_token_id
-    if mask_id is None:
-        mask_id = getattr(model.config, "mask_token_id", None)
-    # a decoded model stops at its tokenizer's EOS; a drafter needs the tokenizer only when the
-    # mask id lives there (Dream)
-    tokenizer = load_tokenizer(cfg, key) if key == "target" or mask_id is None else None
-    if mask_id is None:
-        mask_id = tokenizer.mask_token_id
-    context = cfg.context_length or max_positions(model.config)
-    lm = wrapper(model, mask_id, context, cfg.name)
-    if tokenizer is not None:
-        lm.eos_token_ids = eos_token_ids(model, tokenizer)
-        lm.tokenizer = tokenizer
-    return lm

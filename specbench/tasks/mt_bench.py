@@ -92,7 +92,7 @@ class MtBenchTask(Task):
     @cached_property
     def judge(self):
         from specbench.devices import resolve_device
-        from specbench.models.loading import load_causal_lm
+        from specbench.models.kinds.causal import load_causal_lm
 
         cfg = ModelConfig(name="judge", name_or_path=self.cfg.judge, chat_template=True)
         return load_causal_lm(cfg, "task.judge", resolve_device("auto"), "auto")

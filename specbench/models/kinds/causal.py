@@ -6,12 +6,21 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from transformers import AutoModelForCausalLM
 
 from specbench.config import ModelConfig
 from specbench.models import compiled, loading
 from specbench.models.causal import CausalLM
 from specbench.models.kinds import ModelKind, refuse_tokenizer, tokenizer_mismatch
 from specbench.registry import MODEL_KINDS
+
+
+def load_causal_lm(cfg: ModelConfig, key: str, device: torch.device, run_dtype: str) -> CausalLM:
+    """Any `AutoModelForCausalLM` checkpoint with its tokenizer, on the verifier contract."""
+    model = loading.load_weights(
+        AutoModelForCausalLM, cfg, key, device, run_dtype, trust_remote_code=cfg.trust_remote_code
+    )
+    return CausalLM(model, loading.load_tokenizer(cfg, key), cfg.name)
 
 
 @MODEL_KINDS.register
@@ -24,7 +33,7 @@ class Causal(ModelKind):
         return loading.context_length(cfg, "drafter")
 
     def load(self, cfg: ModelConfig, key: str, device: torch.device, dtype: str) -> CausalLM:
-        return loading.load_causal_lm(cfg, key, device, dtype)
+        return load_causal_lm(cfg, key, device, dtype)
 
     def compile(
         self, lm: CausalLM, max_length: int, hidden_layers: tuple[int, ...], trees: bool

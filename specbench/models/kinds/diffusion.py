@@ -10,6 +10,7 @@ import torch
 from specbench.config import Config, ModelConfig
 from specbench.errors import ConfigError
 from specbench.models import compiled, loading
+from specbench.models.causal import eos_token_ids
 from specbench.models.diffusion import ADAPTERS, MaskedDiffusionLM
 from specbench.models.kinds import ModelKind, refuse_tokenizer, tokenizer_mismatch
 from specbench.registry import MODEL_KINDS
@@ -22,6 +23,33 @@ MODEL_TYPES = {
     "dream": ("Dream",),
     "mdlm": ("mdlm",),
 }
+
+
+def load_diffusion_lm(
+    cfg: ModelConfig, key: str, device: torch.device, run_dtype: str
+) -> MaskedDiffusionLM:
+    """A masked-diffusion LM behind the adapter its config names (`adapter`, `mask_token_id`,
+    `context_length` are facts about the checkpoint, kept in its YAML)."""
+    if cfg.adapter not in ADAPTERS:
+        raise ConfigError(f"{key}.adapter", cfg.adapter, f"allowed: {', '.join(ADAPTERS)}")
+    wrapper, auto = ADAPTERS[cfg.adapter]
+    model = loading.load_weights(
+        auto, cfg, key, device, run_dtype, trust_remote_code=cfg.trust_remote_code
+    )
+    mask_id = cfg.mask_token_id
+    if mask_id is None:
+        mask_id = getattr(model.config, "mask_token_id", None)
+    # a decoded model stops at its tokenizer's EOS; a drafter needs the tokenizer only when the
+    # mask id lives there (Dream)
+    tokenizer = loading.load_tokenizer(cfg, key) if key == "target" or mask_id is None else None
+    if mask_id is None:
+        mask_id = tokenizer.mask_token_id
+    context = cfg.context_length or loading.max_positions(model.config)
+    lm = wrapper(model, mask_id, context, cfg.name)
+    if tokenizer is not None:
+        lm.eos_token_ids = eos_token_ids(model, tokenizer)
+        lm.tokenizer = tokenizer
+    return lm
 
 
 def check_checkpoint(cfg: ModelConfig, key: str) -> dict:
@@ -78,7 +106,7 @@ class Diffusion(ModelKind):
     def load(
         self, cfg: ModelConfig, key: str, device: torch.device, dtype: str
     ) -> MaskedDiffusionLM:
-        return loading.load_diffusion_lm(cfg, key, device, dtype)
+        return load_diffusion_lm(cfg, key, device, dtype)
 
     def compile(
         self, lm: MaskedDiffusionLM, max_length: int, hidden_layers: tuple[int, ...], trees: bool
