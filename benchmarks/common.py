@@ -12,7 +12,8 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from specbench import paths
-from specbench.decoding.drafters.ar import SpS, SpSConfig
+from specbench.decoding.drafters.sps.config import SpSConfig
+from specbench.decoding.drafters.sps.method import SpS
 from specbench.decoding.generation import Generation
 from specbench.decoding.speculative import SpeculativeDecoder
 from specbench.decoding.warp import Warp

@@ -18,7 +18,8 @@ from transformers import AutoTokenizer
 
 from specbench import paths
 from specbench.config import ModelConfig
-from specbench.decoding.drafters.ar import SpS, SpSConfig
+from specbench.decoding.drafters.sps.config import SpSConfig
+from specbench.decoding.drafters.sps.method import SpS
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
 from specbench.models.loading import load_causal_lm

@@ -25,8 +25,8 @@ from vs_hf_assisted import first_divergence, fix_assistant_draft_length, timed
 from common import print_table, sps_decoder
 from specbench import paths
 from specbench.config import ModelConfig
-from specbench.decoding.configs import DFlashConfig
-from specbench.decoding.drafters.dflash import DFlash
+from specbench.decoding.drafters.dflash.config import DFlashConfig
+from specbench.decoding.drafters.dflash.method import DFlash
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
 from specbench.metrics.speed import synchronize

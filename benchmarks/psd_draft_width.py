@@ -18,8 +18,9 @@ import torch
 
 from specbench import paths
 from specbench.config import ModelConfig
-from specbench.decoding.dllm.psd import PSDConfig, PSDDecoder
-from specbench.decoding.dllm.vanilla import BlockDecoder
+from specbench.decoding.dllm.psd.config import PSDConfig
+from specbench.decoding.dllm.psd.method import PSDDecoder
+from specbench.decoding.dllm.vanilla.method import BlockDecoder
 from specbench.decoding.generation import Stop
 from specbench.models.loading import load_diffusion_lm
 

@@ -16,7 +16,8 @@ from collections import Counter
 
 import torch
 
-from specbench.decoding.drafters.specdiff import SpecDiff, SpecDiffConfig
+from specbench.decoding.drafters.specdiff.config import SpecDiffConfig
+from specbench.decoding.drafters.specdiff.method import SpecDiff
 from specbench.decoding.warp import Warp
 from specbench.models.toy import ToyDLM, exact_law, toy_lm
 

@@ -19,9 +19,11 @@ from transformers import AutoTokenizer
 
 from specbench import paths
 from specbench.config import ModelConfig
-from specbench.decoding.dllm.psd import PSDConfig, PSDDecoder
-from specbench.decoding.dllm.spiffy import SpiffyConfig, SpiffyDecoder
-from specbench.decoding.dllm.spiffy_calibrate import calibrate
+from specbench.decoding.dllm.psd.config import PSDConfig
+from specbench.decoding.dllm.psd.method import PSDDecoder
+from specbench.decoding.dllm.spiffy.calibrate import calibrate
+from specbench.decoding.dllm.spiffy.config import SpiffyConfig
+from specbench.decoding.dllm.spiffy.method import SpiffyDecoder
 from specbench.decoding.generation import Stop
 from specbench.models.loading import load_diffusion_lm
 

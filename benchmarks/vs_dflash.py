@@ -26,8 +26,8 @@ from omegaconf import OmegaConf
 
 from common import positive, print_table
 from specbench.config import ModelConfig
-from specbench.decoding.configs import DFlashConfig
-from specbench.decoding.drafters.dflash import DFlash
+from specbench.decoding.drafters.dflash.config import DFlashConfig
+from specbench.decoding.drafters.dflash.method import DFlash
 from specbench.decoding.generation import Generation, Stop
 from specbench.decoding.warp import Warp
 from specbench.metrics.speed import synchronize

@@ -2,10 +2,10 @@
 backends).
 
 A method or task registers itself from its own module. A task registers the structured config
-that Hydra validates its YAML against with it; a method's config lives in
-`specbench/decoding/configs.py`, apart from its torch code, so that composing a config imports
-no torch. A registry refuses a second entry under a taken name and an entry of the wrong kind: a
-silent overwrite would make a run measure a different method than its name says.
+that Hydra validates its YAML against with it; a method's config registers itself from its
+package's `config` module, apart from its torch code (`method.py`), so that composing a config
+imports no torch. A registry refuses a second entry under a taken name and an entry of the
+wrong kind: a silent overwrite would make a run measure a different method than its name says.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, is_dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -82,6 +82,17 @@ def _is_method(entry: Any) -> bool:
     return isinstance(entry, type) and issubclass(entry, Method) and entry is not Method
 
 
+def _is_method_config(entry: Any) -> bool:
+    """A dataclass with the class facts the harness reads without torch: its `marker` in plots
+    and its `check` of the knobs."""
+    return (
+        isinstance(entry, type)
+        and is_dataclass(entry)
+        and isinstance(getattr(entry, "marker", None), str)
+        and callable(getattr(entry, "check", None))
+    )
+
+
 def _is_model_kind(entry: Any) -> bool:
     from specbench.models.kinds import ModelKind
 
@@ -94,8 +105,23 @@ def _is_backend(entry: Any) -> bool:
     return isinstance(entry, type) and issubclass(entry, Backend) and entry is not Backend
 
 
+def _is_backend_config(entry: Any) -> bool:
+    from specbench.backends import BackendConfig
+
+    return isinstance(entry, type) and issubclass(entry, BackendConfig)
+
+
 METHODS: Registry = Registry("method", _is_method, "Method subclass")
+# each method's knobs (`conf/method/<name>.yaml`), from its package's torch-free `config` module;
+# the report reads a stored cell's plot marker here
+METHOD_CONFIGS: Registry[type] = Registry(
+    "method", _is_method_config, "method config dataclass", lambda config: config
+)
 BACKENDS: Registry = Registry("backend", _is_backend, "Backend subclass")
+# each backend's knobs (`conf/backend/<name>.yaml`), from its torch-free `config` module
+BACKEND_CONFIGS: Registry[type] = Registry(
+    "backend", _is_backend_config, "BackendConfig subclass", lambda config: config
+)
 MODEL_KINDS: Registry = Registry("kind", _is_model_kind, "ModelKind subclass")
 TASKS: Registry[TaskSpec] = Registry(
     "task", lambda e: isinstance(e, TaskSpec), "TaskSpec", lambda spec: spec.config
@@ -118,18 +144,22 @@ def register_builtin_model(name: str, sources: tuple[Path, ...] = ()) -> Callabl
     return wrap
 
 
-def _import_all(package: str) -> None:
+def _import_all(package: str, leaf: str | None = None) -> None:
+    """Import every module under `package`, or with `leaf` only the modules of that name (and
+    the packages above them, which must then import no torch)."""
     pkg = importlib.import_module(package)
     for info in pkgutil.walk_packages(pkg.__path__, prefix=f"{package}."):
-        importlib.import_module(info.name)
+        if leaf is None or info.name.rsplit(".", 1)[-1] == leaf:
+            importlib.import_module(info.name)
 
 
 def discover_schemas() -> None:
     """Store every method and task schema in Hydra's ConfigStore, importing neither torch nor
     transformers (task modules import them where they use them): what composing a config needs,
     so a misspelt key is reported in a second."""
-    importlib.import_module("specbench.decoding.configs")
+    _import_all("specbench.decoding", leaf="config")
     _import_all("specbench.tasks")
+    _import_all("specbench.backends", leaf="config")
 
 
 _DISCOVERED = False

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specbench.decoding.drafters.ddtree import best_first_tree
+from specbench.decoding.drafters.ddtree.method import best_first_tree
 from specbench.decoding.verify import follow
 
 GOLDENS = json.loads((Path(__file__).parent / "goldens" / "ddtree" / "goldens.json").read_text())

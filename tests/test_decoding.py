@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from conftest import builtin
-from specbench.decoding.drafters.ar import SpS, SpSConfig, common_prefix_len
+from specbench.decoding.drafters.sps.config import SpSConfig
+from specbench.decoding.drafters.sps.method import SpS, common_prefix_len
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.speculative import SpeculativeDecoder
 from specbench.decoding.warp import Warp

@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from conftest import law_pvalue
-from specbench.decoding.configs import DFlashConfig, SpSConfig
-from specbench.decoding.drafters.ar import SpS
-from specbench.decoding.drafters.dflash import DFlash
+from specbench.decoding.drafters.dflash.config import DFlashConfig
+from specbench.decoding.drafters.dflash.method import DFlash
+from specbench.decoding.drafters.sps.config import SpSConfig
+from specbench.decoding.drafters.sps.method import SpS
 from specbench.decoding.generation import Stop
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
@@ -183,7 +184,7 @@ def test_training_sees_each_block_as_decoding_does() -> None:
     from transformers import AutoModelForCausalLM
 
     from specbench import paths
-    from specbench.decoding.drafters.dflash import DFlashDrafter
+    from specbench.decoding.drafters.dflash.method import DFlashDrafter
     from specbench.models.tiny.dflash import block_logits, dflash_drafter
 
     model = AutoModelForCausalLM.from_pretrained(paths.TINY_DIR / "tiny", dtype=torch.float32)

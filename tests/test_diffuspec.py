@@ -18,15 +18,15 @@ from transformers.modeling_outputs import MaskedLMOutput
 
 from conftest import builtin, compose_cfg, tiny_dlm
 from specbench import paths
-from specbench.decoding.drafters.diffuspec import (
+from specbench.decoding.drafters.diffuspec.config import DiffuSpecConfig
+from specbench.decoding.drafters.diffuspec.method import (
     AdaptiveDraftLength,
     DiffuSpec,
-    DiffuSpecConfig,
     candidates,
     path_search,
 )
+from specbench.decoding.drafters.diffuspec.ngram_lm import NgramLM
 from specbench.decoding.generation import Draft
-from specbench.decoding.ngram import NgramLM
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError

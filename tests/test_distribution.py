@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from conftest import law_pvalue
-from specbench.decoding.drafters.ar import SpS, SpSConfig
-from specbench.decoding.drafters.specdiff import SpecDiff, SpecDiffConfig
+from specbench.decoding.drafters.specdiff.config import SpecDiffConfig
+from specbench.decoding.drafters.specdiff.method import SpecDiff
+from specbench.decoding.drafters.sps.config import SpSConfig
+from specbench.decoding.drafters.sps.method import SpS
 from specbench.decoding.warp import Warp
 from specbench.models.toy import ToyDLM, exact_law, toy_lm
 

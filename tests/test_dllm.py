@@ -18,14 +18,16 @@ from specbench.decoding.dllm.policies import (
     Dynamic,
     LocalLeap,
     Quota,
-    SpatialConfig,
     Threshold,
     greedy_confidence,
     one_token_per_step,
 )
-from specbench.decoding.dllm.psd import PSDConfig, PSDDecoder
-from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig
+from specbench.decoding.dllm.psd.config import PSDConfig
+from specbench.decoding.dllm.psd.method import PSDDecoder
+from specbench.decoding.dllm.vanilla.config import DLLMConfig
+from specbench.decoding.dllm.vanilla.method import BlockDecoder
 from specbench.decoding.generation import Stop
+from specbench.decoding.knobs import SpatialConfig
 from specbench.errors import ConfigError
 from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.models.loading import load_diffusion_lm
@@ -229,8 +231,8 @@ def test_one_token_per_step_is_claimed_only_where_every_step_commits_one(world, 
     """Quota with steps = block length commits one token a forward on LLaDA's schedule; on
     Dream's grid it commits none at a block's first step and two at its last, so neither the
     claim (exactness, the label) nor PSD's and Spiffy's reference may treat it as one a step."""
-    from specbench.decoding.dllm.psd import PSD
-    from specbench.decoding.dllm.vanilla import DLLM
+    from specbench.decoding.dllm.psd.method import PSD
+    from specbench.decoding.dllm.vanilla.method import DLLM
     from specbench.decoding.warp import Warp
 
     dlm, prompts = world

@@ -14,8 +14,8 @@ import torch
 
 from conftest import builtin, law_pvalue, tiny_dlm
 from specbench import paths
-from specbench.decoding.configs import FailFastConfig
-from specbench.decoding.drafters.failfast import FailFast, FailFastDrafter, SpeculationLength
+from specbench.decoding.drafters.failfast.config import FailFastConfig
+from specbench.decoding.drafters.failfast.method import FailFast, FailFastDrafter, SpeculationLength
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError

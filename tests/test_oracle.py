@@ -11,8 +11,8 @@ import pytest
 from scipy.stats import chisquare
 
 from conftest import compose_cfg
-from specbench.decoding.configs import DiffuSpecConfig
-from specbench.decoding.drafters.diffuspec import AdaptiveDraftLength
+from specbench.decoding.drafters.diffuspec.config import DiffuSpecConfig
+from specbench.decoding.drafters.diffuspec.method import AdaptiveDraftLength
 from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import OracleDrafter
 from specbench.errors import ConfigError

@@ -12,8 +12,8 @@ import torch
 
 from conftest import law_pvalue
 from specbench.backends.vllm import DRAFTS_AT, SPECULATIVE
-from specbench.decoding.configs import PLDConfig
-from specbench.decoding.drafters.pld import PLD, lookup
+from specbench.decoding.drafters.pld.config import PLDConfig
+from specbench.decoding.drafters.pld.method import PLD, lookup
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
 from specbench.models.causal import CausalLM

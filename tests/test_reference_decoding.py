@@ -18,9 +18,10 @@ import torch
 from transformers import AutoModel
 
 from specbench import cpu_kernels
-from specbench.decoding.dllm.policies import SpatialConfig
-from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig
+from specbench.decoding.dllm.vanilla.config import DLLMConfig
+from specbench.decoding.dllm.vanilla.method import BlockDecoder
 from specbench.decoding.generation import Stop
+from specbench.decoding.knobs import SpatialConfig
 from specbench.models.diffusion import DreamDiffusionLM, LLaDADiffusionLM, MaskedDiffusionLM
 
 GOLDENS = Path(__file__).parent / "goldens"

@@ -4,6 +4,7 @@ kinds declare what the harness asks, and the pipeline asks them instead of namin
 from __future__ import annotations
 
 import ast
+import copy
 from dataclasses import dataclass
 
 import pytest
@@ -11,19 +12,30 @@ import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+import specbench.decoding
 import specbench.pipeline
 from conftest import compose_cfg
-from specbench import paths
-from specbench.backends.specbench import Specbench, load_models
-from specbench.decoding.autoregressive import AR
-from specbench.decoding.drafters.ar import SpS
+from specbench import paths, registry
+from specbench.backends import BackendConfig
+from specbench.backends.specbench.backend import Specbench, load_models
+from specbench.decoding.ar.method import AR
+from specbench.decoding.drafters.sps.method import SpS
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
 from specbench.method import Method
 from specbench.models.causal import CausalLM
 from specbench.models.kinds.causal import Causal
 from specbench.pipeline import execute, prepare
-from specbench.registry import BACKENDS, METHODS, MODEL_KINDS, Registry, discover
+from specbench.registry import (
+    BACKEND_CONFIGS,
+    BACKENDS,
+    METHOD_CONFIGS,
+    METHODS,
+    MODEL_KINDS,
+    Registry,
+    discover,
+)
+from specbench.report.load import marker
 
 
 def test_a_taken_name_and_a_non_method_are_refused() -> None:
@@ -62,8 +74,8 @@ def test_every_registered_method_declares_what_the_harness_asks() -> None:
 
 
 def test_each_method_config_is_the_schema_its_yaml_composes_with() -> None:
-    """Method configs live in specbench/decoding/configs.py (no torch); each is stored in
-    Hydra's ConfigStore under the name its method's YAML names."""
+    """Each method's config registers itself from its package's `config` module (no torch),
+    stored in Hydra's ConfigStore under the name its YAML names: the one its `Method` builds."""
     discover()
     stored = ConfigStore.instance().repo["method"]
     for name in METHODS:
@@ -93,8 +105,13 @@ def test_the_pipeline_names_no_kind_no_method_and_no_backend() -> None:
 
 def test_a_backend_is_one_class_the_pipeline_asks(monkeypatch, tmp_path) -> None:
     """A toy engine registered outside specbench (specbench's own arms under another name,
-    refusing one method): `run.backend=toy` runs a cell through it, its refusal is one line
-    before anything loads, and no cost model predicts a backend that says it cannot."""
+    refusing one method), its config the group option `backend/toy`: `backend=toy` runs a
+    cell through it, its refusal is one line before anything loads, and no cost model predicts
+    a backend that says it cannot."""
+
+    @dataclass
+    class ToyConfig(BackendConfig):
+        name: str = "toy"
 
     class Toy(Specbench):
         name = "toy"
@@ -103,18 +120,20 @@ def test_a_backend_is_one_class_the_pipeline_asks(monkeypatch, tmp_path) -> None
         def check(self, config, method):
             super().check(config, method)
             if method.name == "pld":
-                raise ConfigError("run.backend", self.name, "toy runs no pld")
+                raise ConfigError("backend", self.name, "toy runs no pld")
 
     discover()
     monkeypatch.setitem(BACKENDS._entries, "toy", Toy)
+    monkeypatch.setitem(BACKEND_CONFIGS._entries, "toy", ToyConfig)
+    ConfigStore.instance().store(group="backend", name="toy", node=ToyConfig)
     cell = [
-        "run.backend=toy",
+        "backend=toy",
         "run.limit=1",
         "run.max_new_tokens=16",
         f"run.results_dir={tmp_path}",
     ]
     summary = execute(prepare(compose_cfg(*cell)))
-    assert summary.n_samples == 1 and summary.lossless_rate == 1.0
+    assert summary.n_samples == 1 and summary.base.identical_rate == 1.0
     assert summary.predicted_speedup is None
     with pytest.raises(ConfigError, match="toy runs no pld"):
         prepare(compose_cfg(*cell, "method=pld", "drafter=none"))
@@ -177,3 +196,75 @@ def test_the_pipeline_asks_a_new_kind_for_every_fact(monkeypatch, tmp_path) -> N
         ("load", "target float64"),
         ("load", "drafter float64"),
     ]
+
+
+TOY_CONFIG = """
+from dataclasses import dataclass
+from typing import ClassVar
+
+from specbench.registry import METHOD_CONFIGS
+
+
+@METHOD_CONFIGS.register
+@dataclass
+class ToyConfig:
+    marker: ClassVar[str] = "h"
+    name: str = "toy"
+    steps: int = 1
+
+    def check(self, temperature, max_new):
+        if self.steps < 1:
+            from specbench.errors import ConfigError
+
+            raise ConfigError("method.steps", self.steps, "must be >= 1")
+"""
+
+TOY_METHOD = """
+from specbench.decoding.plain import AutoregressiveDecoder
+from specbench.decoding.toy.config import ToyConfig
+from specbench.method import Method
+from specbench.registry import METHODS
+
+
+@METHODS.register
+class Toy(Method):
+    name, Config = "toy", ToyConfig
+
+    def build(self, target, drafter, task):
+        return AutoregressiveDecoder(target, self.warp)
+"""
+
+
+def test_a_method_is_one_package_and_one_yaml(monkeypatch, tmp_path) -> None:
+    """A toy method written as docs/architecture.md says, and nothing else: a package under
+    `specbench.decoding` (its config and its torch code) and `conf/method/toy.yaml`. Discovery
+    finds both halves, `method=toy` composes (a bad knob refused in one line) and runs a cell,
+    and the report reads its marker."""
+    package = tmp_path / "decoding" / "toy"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "config.py").write_text(TOY_CONFIG)
+    (package / "method.py").write_text(TOY_METHOD)
+    (tmp_path / "conf" / "method").mkdir(parents=True)
+    (tmp_path / "conf" / "method" / "toy.yaml").write_text("defaults:\n  - schema_toy\n")
+    store = ConfigStore.instance()
+    monkeypatch.setattr(store, "repo", copy.deepcopy(store.repo))
+    monkeypatch.setattr(METHODS, "_entries", dict(METHODS._entries))
+    monkeypatch.setattr(METHOD_CONFIGS, "_entries", dict(METHOD_CONFIGS._entries))
+    monkeypatch.setattr(
+        specbench.decoding, "__path__", [*specbench.decoding.__path__, str(package.parent)]
+    )
+    monkeypatch.setattr(registry, "_DISCOVERED", False)
+    cell = [
+        "method=toy",
+        "drafter=none",
+        f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+        "run.limit=1",
+        "run.max_new_tokens=8",
+        f"run.results_dir={tmp_path / 'results'}",
+    ]
+    summary = execute(prepare(compose_cfg(*cell)))
+    assert summary.n_samples == 1 and METHODS["toy"].Config is METHOD_CONFIGS["toy"]
+    assert marker("toy") == "h"
+    with pytest.raises(ConfigError, match="method.steps"):
+        prepare(compose_cfg(*cell, "method.steps=0"))

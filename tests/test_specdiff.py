@@ -22,8 +22,9 @@ from transformers.modeling_outputs import MaskedLMOutput
 from conftest import builtin, tiny_dlm
 from specbench import paths
 from specbench.config import ModelConfig
-from specbench.decoding.drafters import specdiff
-from specbench.decoding.drafters.specdiff import SpecDiff, SpecDiffConfig, SpecDiffDrafter
+from specbench.decoding.drafters.specdiff import method as specdiff
+from specbench.decoding.drafters.specdiff.config import SpecDiffConfig
+from specbench.decoding.drafters.specdiff.method import SpecDiff, SpecDiffDrafter
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
 from specbench.models.diffusion import MaskedDiffusionLM, MDLMDiffusionLM

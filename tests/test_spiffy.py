@@ -15,10 +15,12 @@ from transformers import AutoTokenizer
 from conftest import compose_cfg
 from specbench import paths
 from specbench.config import ModelConfig
-from specbench.decoding.dllm.graph import DraftGraph, Node, rankings, select
-from specbench.decoding.dllm.spiffy import SpiffyConfig, SpiffyDecoder
-from specbench.decoding.dllm.spiffy_calibrate import calibrate, count_nodes
-from specbench.decoding.dllm.vanilla import BlockDecoder, DLLMConfig
+from specbench.decoding.dllm.spiffy.calibrate import calibrate, count_nodes
+from specbench.decoding.dllm.spiffy.config import SpiffyConfig
+from specbench.decoding.dllm.spiffy.graph import DraftGraph, Node, rankings, select
+from specbench.decoding.dllm.spiffy.method import SpiffyDecoder
+from specbench.decoding.dllm.vanilla.config import DLLMConfig
+from specbench.decoding.dllm.vanilla.method import BlockDecoder
 from specbench.decoding.generation import Stop
 from specbench.errors import ConfigError
 from specbench.models.diffusion import MaskedDiffusionLM, tree_mask

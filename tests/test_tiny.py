@@ -11,7 +11,8 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from conftest import builtin, compose_cfg
 from specbench import paths
-from specbench.decoding.drafters.ar import SpS, SpSConfig
+from specbench.decoding.drafters.sps.config import SpSConfig
+from specbench.decoding.drafters.sps.method import SpS
 from specbench.decoding.generation import Stop
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from conftest import builtin, law_pvalue, tree_beside_its_chain
-from specbench.decoding.configs import DDTreeConfig
-from specbench.decoding.drafters.ddtree import DDTree
+from specbench.decoding.drafters.ddtree.config import DDTreeConfig
+from specbench.decoding.drafters.ddtree.method import DDTree
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.trees import tree_positions
 from specbench.decoding.verify import follow, greedy, greedy_tree

@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from specbench.decoding.configs import EXACT_RULES, LENIENT_RULES
+from specbench.decoding.knobs import EXACT_RULES, LENIENT_RULES
 from specbench.decoding.verify import (
     LENIENT,
     RULES,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specbench.decoding.configs import is_greedy
+from specbench.decoding.knobs import is_greedy
 
 
 @dataclass(frozen=True)

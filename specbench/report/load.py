@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import yaml
 
-from specbench.decoding.configs import SCHEMAS
-from specbench.registry import TASKS, discover_schemas
+from specbench.registry import METHOD_CONFIGS, TASKS, discover_schemas
 from specbench.report import ReportError
 from specbench.runs import machine
+from specbench.runs.store import upgraded
 from specbench.runs.summary import Summary, Workload
 
 # config keys that do not change what a cell is across tasks (the overall table's grouping):
@@ -47,7 +46,7 @@ def cell_id(config: dict[str, Any]) -> str:
 def read_run(run_dir: Path) -> dict:
     try:
         summary = Summary.from_json(json.loads((run_dir / "summary.json").read_text()))
-        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        config = upgraded(yaml.safe_load((run_dir / "config.yaml").read_text()))
         return _row(run_dir, summary, config)
     except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError, AttributeError) as err:
         why = " ".join(str(err).split()) or type(err).__name__
@@ -71,11 +70,12 @@ def machine_class(run_dir: Path, summary: Summary) -> str:
 def _row(run_dir: Path, summary: Summary, config: dict) -> dict:
     row = flatten(config)
     klass = machine_class(run_dir, summary)
+    columns = summary.columns()
     row.update(summary.scalars())
-    for name, other in summary.vs.items():
-        row.update({f"vs.{name}.{k}": v for k, v in asdict(other).items() if k != "quality"})
+    for name, other in columns["vs"].items():
+        row.update({f"vs.{name}.{k}": v for k, v in other.items() if k != "quality"})
     row.update({f"quality.{k}": v for k, v in summary.quality.items()})
-    row.update({f"baseline.{k}": v for k, v in (summary.baseline_quality or {}).items()})
+    row.update({f"baseline.{k}": v for k, v in (columns["baseline_quality"] or {}).items()})
     workload = Workload(**{k: v for k, v in summary.workload.items() if k != "languages"})
     row.update({f"workload.{k}": getattr(workload, k) for k in Workload.CELL_KEYS})
     row["workload"] = workload.label()
@@ -106,9 +106,9 @@ def display(row: dict) -> str:
     )
     temperature = f" t{row['temperature']:g}" if row["temperature"] else ""
     engine = f" [{row['run.engine']}]" if row.get("run.engine", "eager") != "eager" else ""
-    if row.get("run.backend", "specbench") != "specbench":  # another engine runs every arm
+    if row["backend.name"] != "specbench":  # another engine runs every arm
         concurrency = row.get("run.concurrency", 1)
-        engine = f" [{row['run.backend']}{f' c{concurrency}' if concurrency > 1 else ''}]"
+        engine = f" [{row['backend.name']}{f' c{concurrency}' if concurrency > 1 else ''}]"
     workload = f" ({row['workload']})" if row.get("workload") else ""
     return f"{row['label']} · {models}{temperature}{engine}{workload}"
 
@@ -157,7 +157,7 @@ def dirty_runs(root: str | Path) -> list[tuple[Path, str]]:
 def marker(method: str) -> str:
     """The method's own plot marker, from its config class (no torch imported)."""
     discover_schemas()
-    return SCHEMAS[method].marker if method in SCHEMAS else "x"
+    return METHOD_CONFIGS[method].marker if method in METHOD_CONFIGS else "x"
 
 
 def higher_is_better(task: str) -> dict[str, bool]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specbench.decoding.configs import ARConfig
+from specbench.decoding.ar.config import ARConfig
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.method import Method
 from specbench.models.causal import CausalLM

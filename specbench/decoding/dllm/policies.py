@@ -42,7 +42,7 @@ from typing import Protocol
 import torch
 
 from specbench.config import ModelConfig
-from specbench.decoding.configs import SpatialConfig
+from specbench.decoding.knobs import SpatialConfig
 from specbench.errors import ConfigError
 from specbench.models.diffusion import ADAPTERS
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import torch
 
-from specbench.decoding.configs import PSDConfig
 from specbench.decoding.dllm.policies import Policy, one_token_per_step
-from specbench.decoding.dllm.vanilla import (
+from specbench.decoding.dllm.psd.config import PSDConfig
+from specbench.decoding.dllm.vanilla.method import (
     BlockDecoder,
     DiffusionLLMMethod,
     StopScan,

@@ -19,10 +19,10 @@ from pathlib import Path
 import torch
 
 from specbench import paths
-from specbench.decoding.configs import SpiffyConfig
-from specbench.decoding.dllm.graph import DraftGraph, Node, rankings, real_log_probs, select
 from specbench.decoding.dllm.policies import greedy_confidence
-from specbench.decoding.dllm.vanilla import BlockDecoder
+from specbench.decoding.dllm.spiffy.config import SpiffyConfig
+from specbench.decoding.dllm.spiffy.graph import DraftGraph, Node, rankings, real_log_probs, select
+from specbench.decoding.dllm.vanilla.method import BlockDecoder
 from specbench.decoding.generation import Stop
 from specbench.errors import ConfigError
 from specbench.models.diffusion import MaskedDiffusionLM

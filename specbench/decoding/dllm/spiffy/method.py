@@ -21,12 +21,12 @@ import time
 
 import torch
 
-from specbench.decoding.configs import SpiffyConfig
-from specbench.decoding.dllm.graph import DraftGraph, rankings, real_log_probs
 from specbench.decoding.dllm.policies import Policy
-from specbench.decoding.dllm.psd import SpeculativeDLLMMethod
-from specbench.decoding.dllm.spiffy_calibrate import calibration_samples, check_disjoint, graph_for
-from specbench.decoding.dllm.vanilla import BlockDecoder, StopScan, Trace
+from specbench.decoding.dllm.psd.method import SpeculativeDLLMMethod
+from specbench.decoding.dllm.spiffy.calibrate import calibration_samples, check_disjoint, graph_for
+from specbench.decoding.dllm.spiffy.config import SpiffyConfig
+from specbench.decoding.dllm.spiffy.graph import DraftGraph, rankings, real_log_probs
+from specbench.decoding.dllm.vanilla.method import BlockDecoder, StopScan, Trace
 from specbench.metrics.speed import synchronize
 from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.registry import METHODS

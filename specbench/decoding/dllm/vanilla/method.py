@@ -19,7 +19,6 @@ import torch
 
 from specbench.config import ModelConfig
 from specbench.decoding import cost
-from specbench.decoding.configs import DLLMConfig
 from specbench.decoding.dllm.policies import (
     BLOCK,
     Frame,
@@ -30,6 +29,7 @@ from specbench.decoding.dllm.policies import (
     make_policy,
     one_token_per_step,
 )
+from specbench.decoding.dllm.vanilla.config import DLLMConfig
 from specbench.decoding.generation import Generation, Meter, Stop
 from specbench.method import Method
 from specbench.models.diffusion import MaskedDiffusionLM, Reading

@@ -21,8 +21,9 @@ import heapq
 
 import torch
 
-from specbench.decoding.configs import DDTreeConfig, DFlashConfig
-from specbench.decoding.drafters.dflash import DFlash, DFlashDrafter
+from specbench.decoding.drafters.ddtree.config import DDTreeConfig
+from specbench.decoding.drafters.dflash.config import DFlashConfig
+from specbench.decoding.drafters.dflash.method import DFlash, DFlashDrafter
 from specbench.decoding.generation import Decoder, Draft
 from specbench.decoding.speculative import GammaSchedule, SpeculativeDecoder
 from specbench.decoding.verify import make_rule, make_tree_rule

@@ -29,8 +29,8 @@ import torch.nn.functional as F
 from transformers import DynamicCache, StaticCache
 
 from specbench.decoding import cost
-from specbench.decoding.configs import DFlashConfig
-from specbench.decoding.drafters.ar import rule_label
+from specbench.decoding.drafters.dflash.config import DFlashConfig
+from specbench.decoding.drafters.sps.method import rule_label
 from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import (
     Drafter,

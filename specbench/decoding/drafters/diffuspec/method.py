@@ -19,10 +19,10 @@ import numba
 import numpy as np
 import torch
 
-from specbench.decoding.configs import DiffuSpecConfig
-from specbench.decoding.drafters.specdiff import real_token_logits
+from specbench.decoding.drafters.diffuspec.config import DiffuSpecConfig
+from specbench.decoding.drafters.diffuspec.ngram_lm import NgramLM, cached_ngram, logprob
+from specbench.decoding.drafters.specdiff.method import real_token_logits
 from specbench.decoding.generation import Draft
-from specbench.decoding.ngram import NgramLM, cached_ngram, logprob
 from specbench.decoding.speculative import Drafter, DraftVerifyMethod, SpeculativeDecoder
 from specbench.decoding.verify import greedy
 from specbench.errors import ConfigError

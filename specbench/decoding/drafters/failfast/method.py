@@ -32,8 +32,8 @@ import time
 
 import torch
 
-from specbench.decoding.configs import FailFastConfig
-from specbench.decoding.drafters.specdiff import real_token_logits
+from specbench.decoding.drafters.failfast.config import FailFastConfig
+from specbench.decoding.drafters.specdiff.method import real_token_logits
 from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import (
     Drafter,

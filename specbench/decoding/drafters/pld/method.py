@@ -19,7 +19,7 @@ import time
 import numpy as np
 import torch
 
-from specbench.decoding.configs import PLDConfig
+from specbench.decoding.drafters.pld.config import PLDConfig
 from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import (
     Drafter,

@@ -38,8 +38,8 @@ import time
 
 import torch
 
-from specbench.decoding.configs import SpecDiffConfig
-from specbench.decoding.drafters.ar import fit_vocab, rule_label
+from specbench.decoding.drafters.specdiff.config import SpecDiffConfig
+from specbench.decoding.drafters.sps.method import fit_vocab, rule_label
 from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import (
     Drafter,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from specbench.decoding.configs import SpSConfig
+from specbench.decoding.drafters.sps.config import SpSConfig
 from specbench.decoding.generation import Decoder, Draft
 from specbench.decoding.speculative import (
     Drafter,

@@ -1,0 +1,20 @@
+"""Plain decoding's knobs: the dataclass Hydra validates `conf/method/ar.yaml` against.
+Nothing here imports torch, so composing a config stays fast (`specbench.decoding.knobs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from specbench.registry import METHOD_CONFIGS
+
+
+@METHOD_CONFIGS.register
+@dataclass
+class ARConfig:
+    marker: ClassVar[str] = "s"  # its marker in Pareto plots
+    name: str = "ar"
+
+    def check(self, temperature: float, max_new: int) -> None:
+        return None
