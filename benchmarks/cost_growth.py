@@ -22,7 +22,7 @@ from specbench.decoding.drafters.sps.config import SpSConfig
 from specbench.decoding.drafters.sps.method import SpS
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
-from specbench.models.loading import load_causal_lm
+from specbench.models.kinds.causal import load_causal_lm
 
 
 def ms_per_token(decoder: object, prompts: list[list[int]], max_new: int) -> float:

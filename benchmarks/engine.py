@@ -33,7 +33,7 @@ from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
 from specbench.models.compiled import CompiledCausalLM, static_length
 from specbench.models.kinds import dflash as dflash_kind
-from specbench.models.loading import load_causal_lm
+from specbench.models.kinds.causal import load_causal_lm
 
 GOALS = {"tiny, 1 token": 0.5, "tiny-ar, 1 token": 0.35}
 HF_GOAL = 1.5

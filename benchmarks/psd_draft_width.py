@@ -22,7 +22,7 @@ from specbench.decoding.dllm.psd.config import PSDConfig
 from specbench.decoding.dllm.psd.method import PSDDecoder
 from specbench.decoding.dllm.vanilla.method import BlockDecoder
 from specbench.decoding.generation import Stop
-from specbench.models.loading import load_diffusion_lm
+from specbench.models.kinds.diffusion import load_diffusion_lm
 
 POLICIES = {  # psd_grid_tiny's knobs
     "threshold 0.5": dict(policy="threshold", threshold=0.5),

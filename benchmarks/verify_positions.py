@@ -25,7 +25,7 @@ from specbench.decoding.dllm.spiffy.calibrate import calibrate
 from specbench.decoding.dllm.spiffy.config import SpiffyConfig
 from specbench.decoding.dllm.spiffy.method import SpiffyDecoder
 from specbench.decoding.generation import Stop
-from specbench.models.loading import load_diffusion_lm
+from specbench.models.kinds.diffusion import load_diffusion_lm
 
 CACHES = {
     "none (whole canvases)": {},

@@ -31,8 +31,8 @@ from specbench.decoding.drafters.dflash.method import DFlash
 from specbench.decoding.generation import Generation, Stop
 from specbench.decoding.warp import Warp
 from specbench.metrics.speed import synchronize
-from specbench.models import loading
 from specbench.models.kinds import dflash as dflash_kind
+from specbench.models.kinds.causal import load_causal_lm
 from specbench.registry import TASKS, discover
 
 GOAL = 1.00
@@ -43,7 +43,7 @@ def load(args: argparse.Namespace, device: torch.device):
     target_cfg = ModelConfig(name="target", name_or_path=args.target, chat_template=args.chat)
     drafter_cfg = ModelConfig(name="drafter", name_or_path=args.drafter, kind="dflash")
     dflash_kind.check_reads_target(drafter_cfg, target_cfg)
-    target = loading.load_causal_lm(target_cfg, "target", device, args.dtype)
+    target = load_causal_lm(target_cfg, "target", device, args.dtype)
     drafter = dflash_kind.load(drafter_cfg, "drafter", device, args.dtype)
     return target, drafter
 

@@ -30,7 +30,7 @@ from specbench.decoding.generation import Stop
 from specbench.decoding.knobs import SpatialConfig
 from specbench.errors import ConfigError
 from specbench.models.diffusion import MaskedDiffusionLM
-from specbench.models.loading import load_diffusion_lm
+from specbench.models.kinds.diffusion import load_diffusion_lm
 from specbench.pipeline import execute, prepare
 
 CPU = torch.device("cpu")
@@ -432,7 +432,7 @@ def test_runs_end_to_end_on_diffusion_targets(tmp_path, target, method, extra) -
     assert all(len(a["emitted_per_call"]) == a["target_calls"] for a in arms)
     assert summary.positions_per_call >= 8
     if method in ("psd", "spiffy"):  # lossless against its policy's own decoder
-        assert summary.lossless and summary.lossless_rate == 1.0
+        assert summary.lossless and summary.base.identical_rate == 1.0
         assert summary.round_unit == "steps" and summary.acceptance_rate is None
         # and measured, as the papers do, against one token per step
         one = summary.vs["one_token_per_step"]

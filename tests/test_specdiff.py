@@ -28,7 +28,7 @@ from specbench.decoding.drafters.specdiff.method import SpecDiff, SpecDiffDrafte
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
 from specbench.models.diffusion import MaskedDiffusionLM, MDLMDiffusionLM
-from specbench.models.loading import load_diffusion_lm
+from specbench.models.kinds.diffusion import load_diffusion_lm
 from specbench.models.tiny.dlm import TinyDLM, TinyDLMConfig, block_causal_mask
 
 CPU = torch.device("cpu")
