@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from conftest import builtin, law_pvalue, tree_beside_its_chain
+from specbench.decoding.drafters.logits import fit_vocab
 from specbench.decoding.drafters.sps.config import SpSConfig
-from specbench.decoding.drafters.sps.method import ARDrafter, SpS, TreeDrafter, fit_vocab
+from specbench.decoding.drafters.sps.method import ARDrafter, SpS, TreeDrafter
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.trees import node_depths
 from specbench.decoding.warp import Warp

@@ -162,5 +162,5 @@ def test_top_1_is_greedy_on_random_logits() -> None:
 
 
 def test_the_rules_a_config_may_name_are_the_rules_verify_implements() -> None:
-    """The names are checked before torch (configs.py) and resolved after it (verify.py)."""
+    """The names are checked before torch (knobs.py) and resolved after it (verify.py)."""
     assert tuple(RULES) == EXACT_RULES and tuple(LENIENT) == LENIENT_RULES

@@ -212,3 +212,8 @@ def is_lossless(name: str, warp: Warp) -> bool:
     """Only the exact rules preserve the target's output (a lenient rule at its exact setting
     is still labelled lossy: its config says a lenient rule ran)."""
     return resolve_rule(name, warp) in RULES
+
+
+def rule_label(rule: str, leniency: float, warp: Warp) -> list[str]:
+    """A lenient rule and its knob for a label; nothing for the exact rules."""
+    return [] if is_lossless(rule, warp) else [f"{resolve_rule(rule, warp)}{leniency:g}"]

@@ -1,5 +1,5 @@
 """Golden fixtures for specbench's DDTree tree builder and tree walk
-(`specbench/decoding/drafters/ddtree.py` `best_first_tree`, `specbench/decoding/verify.py`
+(`specbench/decoding/drafters/ddtree/method.py` `best_first_tree`, `specbench/decoding/verify.py`
 `follow`), made by running upstream code.
 
 Upstream: liranringel/ddtree at c96427a185677bf4133ed865dd1626a5041aef9b. The script runs

@@ -1,4 +1,4 @@
-"""Golden fixtures for specbench's prompt lookup (`specbench/decoding/drafters/pld.py`
+"""Golden fixtures for specbench's prompt lookup (`specbench/decoding/drafters/pld/method.py`
 `lookup`), made by running vLLM's own ngram proposer.
 
 Upstream: vLLM as installed in the environment that runs this script (`make vllm` builds

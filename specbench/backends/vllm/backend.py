@@ -59,7 +59,7 @@ def dflash(method: Method, drafter: str | None) -> dict:
 
 
 def ngram(method: Method, drafter: str | None) -> dict:
-    """`pld`: vLLM's ngram proposer, the same lookup (specbench/decoding/drafters/pld.py)."""
+    """`pld`: vLLM's ngram proposer, the same lookup (specbench/decoding/drafters/pld/)."""
     cfg = method.cfg
     return {
         "method": "ngram",

@@ -1,6 +1,4 @@
-"""Plain decoding's knobs: the dataclass Hydra validates `conf/method/ar.yaml` against.
-Nothing here imports torch, so composing a config stays fast (`specbench.decoding.knobs`).
-"""
+"""`method=ar` has no knobs: its config only names it and gives its plot marker."""
 
 from __future__ import annotations
 

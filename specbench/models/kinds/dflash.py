@@ -1,7 +1,7 @@
 """The dflash kind: a DFlash or DFlash 2 drafter checkpoint (the `dflash` package's classes). It
 has no tokenizer of its own and computes on the target's hidden states, in the target's dtype;
 under the compiled engine its drafting loop compiles on the target's static engine when the
-method builds it (`specbench/decoding/drafters/dflash.py`)."""
+method builds it (`specbench/decoding/drafters/dflash/`)."""
 
 from __future__ import annotations
 

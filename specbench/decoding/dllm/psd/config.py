@@ -1,6 +1,5 @@
-"""PSD's knobs: the dataclass Hydra validates `conf/method/psd.yaml` against.
-Nothing here imports torch, so composing a config stays fast (`specbench.decoding.knobs`).
-"""
+"""PSD's knobs: the spatial policy it replays to draft, the draft depth and how wide each
+deeper draft is."""
 
 from __future__ import annotations
 

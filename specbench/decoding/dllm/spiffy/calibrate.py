@@ -1,4 +1,4 @@
-"""Spiffy's calibration: the draft graph its decoder speculates along (spiffy.py), built once per
+"""Spiffy's calibration: the draft graph its decoder speculates along (method.py), built once per
 model, policy, D and calibration set and cached, or read from a saved file.
 
 Calibration decodes prompts with the vanilla decoder and, at every step, records the (position

@@ -1,6 +1,4 @@
-"""Spiffy's knobs: the dataclass Hydra validates `conf/method/spiffy.yaml` against.
-Nothing here imports torch, so composing a config stays fast (`specbench.decoding.knobs`).
-"""
+"""Spiffy's knobs: the draft graph's size and pruning, and the data it is calibrated on."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ it, that node's distribution (already computed) gives the next one, compared wit
 and so on. The last accepted state's distribution seeds the next call. Accepted states are
 states the vanilla decoder passes through, so the output is the vanilla decoder's.
 
-The graph comes from calibration (spiffy_calibrate.py), once per model, policy and calibration
+The graph comes from calibration (calibrate.py), once per model, policy and calibration
 set: a saved graph, or prompts decoded with the vanilla decoder.
 """
 

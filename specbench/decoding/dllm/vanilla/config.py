@@ -1,6 +1,5 @@
-"""A diffusion LLM's own decoding's (`method=dllm`) knobs: the dataclass Hydra validates `conf/method/dllm.yaml` against.
-Nothing here imports torch, so composing a config stays fast (`specbench.decoding.knobs`).
-"""
+"""`method=dllm`'s knobs: the spatial knobs every diffusion-LLM decoder shares
+(`knobs.SpatialConfig`), under the method's name and marker."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""DDTree's knobs: the dataclass Hydra validates `conf/method/ddtree.yaml` against.
-Nothing here imports torch, so composing a config stays fast (`specbench.decoding.knobs`).
-"""
+"""DDTree's knobs: DFlash's block, the tree's node budget, an exact rule (trees verify
+exactly)."""
 
 from __future__ import annotations
 

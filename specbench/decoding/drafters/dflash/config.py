@@ -1,6 +1,4 @@
-"""DFlash's knobs: the dataclass Hydra validates `conf/method/dflash.yaml` against.
-Nothing here imports torch, so composing a config stays fast (`specbench.decoding.knobs`).
-"""
+"""DFlash's knobs: the drafter's block size (null: its checkpoint's) and the acceptance rule."""
 
 from __future__ import annotations
 

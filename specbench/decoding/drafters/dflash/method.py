@@ -30,7 +30,6 @@ from transformers import DynamicCache, StaticCache
 
 from specbench.decoding import cost
 from specbench.decoding.drafters.dflash.config import DFlashConfig
-from specbench.decoding.drafters.sps.method import rule_label
 from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import (
     Drafter,
@@ -38,7 +37,7 @@ from specbench.decoding.speculative import (
     GammaSchedule,
     SpeculativeDecoder,
 )
-from specbench.decoding.verify import is_lossless, make_rule
+from specbench.decoding.verify import is_lossless, make_rule, rule_label
 from specbench.decoding.warp import Warp
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM

@@ -1,6 +1,5 @@
-"""DiffuSpec's knobs: the dataclass Hydra validates `conf/method/diffuspec.yaml` against.
-Nothing here imports torch, so composing a config stays fast (`specbench.decoding.knobs`).
-"""
+"""DiffuSpec's knobs: causal-consistency path search (CPS) with its n-gram mix, and the
+adaptive draft length (ADL)."""
 
 from __future__ import annotations
 

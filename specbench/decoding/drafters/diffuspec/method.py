@@ -21,7 +21,7 @@ import torch
 
 from specbench.decoding.drafters.diffuspec.config import DiffuSpecConfig
 from specbench.decoding.drafters.diffuspec.ngram_lm import NgramLM, cached_ngram, logprob
-from specbench.decoding.drafters.specdiff.method import real_token_logits
+from specbench.decoding.drafters.logits import real_token_logits
 from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import Drafter, DraftVerifyMethod, SpeculativeDecoder
 from specbench.decoding.verify import greedy

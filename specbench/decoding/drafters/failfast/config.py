@@ -1,6 +1,5 @@
-"""FailFast's knobs: the dataclass Hydra validates `conf/method/failfast.yaml` against.
-Nothing here imports torch, so composing a config stays fast (`specbench.decoding.knobs`).
-"""
+"""FailFast's knobs: its draft-length rule (fail fast, win big) and the Fast-dLLM v2
+block decoding it drafts with."""
 
 from __future__ import annotations
 

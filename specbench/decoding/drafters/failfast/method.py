@@ -33,7 +33,7 @@ import time
 import torch
 
 from specbench.decoding.drafters.failfast.config import FailFastConfig
-from specbench.decoding.drafters.specdiff.method import real_token_logits
+from specbench.decoding.drafters.logits import real_token_logits
 from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import (
     Drafter,

@@ -1,6 +1,5 @@
-"""Prompt lookup's (PLD) knobs: the dataclass Hydra validates `conf/method/pld.yaml` against.
-Nothing here imports torch, so composing a config stays fast (`specbench.decoding.knobs`).
-"""
+"""Prompt lookup's knobs, named as vLLM's `ngram` proposer names them: the draft length and
+the n-gram lengths looked up."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""SpecDiff's knobs: the dataclass Hydra validates `conf/method/specdiff.yaml` against.
-Nothing here imports torch, so composing a config stays fast (`specbench.decoding.knobs`).
-"""
+"""SpecDiff's knobs: draft length, denoising steps per draft, the proposal law rejection
+sampling reads, the acceptance rule."""
 
 from __future__ import annotations
 

@@ -38,8 +38,8 @@ import time
 
 import torch
 
+from specbench.decoding.drafters.logits import real_token_logits
 from specbench.decoding.drafters.specdiff.config import SpecDiffConfig
-from specbench.decoding.drafters.sps.method import fit_vocab, rule_label
 from specbench.decoding.generation import Draft
 from specbench.decoding.speculative import (
     Drafter,
@@ -47,7 +47,7 @@ from specbench.decoding.speculative import (
     GammaSchedule,
     SpeculativeDecoder,
 )
-from specbench.decoding.verify import is_lossless, make_rule, resolve_rule
+from specbench.decoding.verify import is_lossless, make_rule, resolve_rule, rule_label
 from specbench.decoding.warp import Warp
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
@@ -55,26 +55,6 @@ from specbench.models.diffusion import MaskedDiffusionLM
 from specbench.registry import METHODS
 
 EPS = 1e-5
-
-
-def real_token_logits(
-    dlm: MaskedDiffusionLM,
-    block: list[int],
-    vocab_size: int,
-    subs: bool = True,
-    t: torch.Tensor | None = None,
-):
-    """A draft block's logits over the target's vocabulary, the mask token at -inf (it may sit
-    inside that vocabulary, as the tiny world's does, or past it, as MDLM's and Dream's do).
-    `t` (the diffusion time, float32 [1, 1]) is passed on only to a time-conditioned drafter."""
-    if t is not None and dlm.time_conditioned:
-        logits = fit_vocab(dlm.block_logits(block, subs, t=t), vocab_size)
-    else:
-        logits = fit_vocab(dlm.block_logits(block, subs), vocab_size)
-    if dlm.mask_id < vocab_size:
-        mask = torch.tensor([dlm.mask_id], device=logits.device)
-        logits = logits.index_fill(-1, mask, float("-inf"))
-    return logits
 
 
 def gumbel_winners(

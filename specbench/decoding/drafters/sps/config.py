@@ -1,6 +1,5 @@
-"""SpS's knobs: the dataclass Hydra validates `conf/method/sps.yaml` against.
-Nothing here imports torch, so composing a config stays fast (`specbench.decoding.knobs`).
-"""
+"""SpS's knobs: draft length and its schedule, the acceptance rule, an EAGLE-2 tree's width
+and budget."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from specbench.decoding.drafters.logits import fit_vocab
 from specbench.decoding.drafters.sps.config import SpSConfig
 from specbench.decoding.generation import Decoder, Draft
 from specbench.decoding.speculative import (
@@ -30,7 +31,7 @@ from specbench.decoding.speculative import (
     SpeculativeDecoder,
 )
 from specbench.decoding.trees import tree_positions
-from specbench.decoding.verify import is_lossless, make_rule, make_tree_rule, resolve_rule
+from specbench.decoding.verify import is_lossless, make_rule, make_tree_rule, rule_label
 from specbench.decoding.warp import Warp
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM, ancestor_mask
@@ -45,14 +46,6 @@ def common_prefix_len(a: list[int], b: list[int], known: int = 0) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
-
-
-def fit_vocab(logits: torch.Tensor, size: int) -> torch.Tensor:
-    """Logits over exactly `size` ids: extra rows dropped, missing ones at -inf."""
-    if logits.shape[-1] >= size:
-        return logits[..., :size]
-    pad = logits.new_full((*logits.shape[:-1], size - logits.shape[-1]), float("-inf"))
-    return torch.cat([logits, pad], dim=-1)
 
 
 class CachedDrafter(Drafter):
@@ -216,11 +209,6 @@ class TreeDrafter(CachedDrafter):
         logits = self.lm.forward(chain + tokens, last=last, **layout).logits
         self.lm.rollback(self.lm.length - len(tokens) - 1)
         return fit_vocab(logits, self.vocab_size)
-
-
-def rule_label(rule: str, leniency: float, warp: Warp) -> list[str]:
-    """A lenient rule and its knob for a label; nothing for the exact rules."""
-    return [] if is_lossless(rule, warp) else [f"{resolve_rule(rule, warp)}{leniency:g}"]
 
 
 @METHODS.register
