@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 DEMO_ARGS ?=
 BENCH_ARGS ?= --size base --threads 1
 
-.PHONY: install demo test test-slow vllm test-vllm gpu-wheels lint bench tiny figures clean
+.PHONY: install demo test test-slow vllm test-vllm llamacpp test-llamacpp gpu-wheels lint bench tiny figures clean
 
 install: $(VENV)/.installed
 
@@ -25,7 +25,7 @@ demo: install
 # `make test` leaves out the tests marked slow (pyproject.toml names them), which `make test-slow`
 # runs; CI runs both.
 test: install
-	$(BIN)/pytest -q -n auto -m "not slow and not vllm"
+	$(BIN)/pytest -q -n auto -m "not slow and not vllm and not llamacpp"
 
 test-slow: install
 	$(BIN)/pytest -q -n auto -m slow
@@ -52,6 +52,19 @@ $(VLLM_VENV)/.installed:
 # The tests that run real vLLM servers on the tiny world (pytest -m vllm); CI runs them last.
 test-vllm: install vllm
 	$(BIN)/pytest -q -m vllm
+
+# llama.cpp's llama-server and llama-bench (backend=llamacpp), built with this machine's compiler
+# and CPU flags from the llama.cpp tree vendored in PyPI's llama-cpp-python sdist (pinned and
+# hash-checked) into .llamacpp/bin, with build.json (commit, flags) beside them: tools/llamacpp.sh.
+LLAMACPP := .llamacpp/bin/llama-server
+llamacpp: $(LLAMACPP)
+
+$(LLAMACPP): tools/llamacpp.sh | install
+	tools/llamacpp.sh
+
+# The tests that run real llama-server processes on the tiny world (pytest -m llamacpp).
+test-llamacpp: install llamacpp
+	$(BIN)/pytest -q -m llamacpp
 
 # The GPU world's device check (tools/gpu_world.sh) runs in a lent GPU machine's image, which has
 # torch and most dependencies but no internet: the rest travel as wheels in .whl/, at the versions
@@ -82,4 +95,4 @@ figures: install
 	$(BIN)/specbench-report figures
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .llamacpp .pytest_cache .ruff_cache

@@ -488,7 +488,7 @@ def test_specbench_report_refuses_an_unwritable_out(tmp_path, capsys) -> None:
         ),
         (["backend.name=vllm"], "backend.name", "vllm", "choose a backend with backend=<"),
         (["backend=vllm", "backend.startup_s=0"], "backend.startup_s", "0", "must be >= 1"),
-        (["run.concurrency=4"], "run.concurrency", "4", "needs backend=vllm"),
+        (["run.concurrency=4"], "run.concurrency", "4", "needs backend=llamacpp or vllm"),
         (
             ["backend=vllm", "run.concurrency=0"],
             "run.concurrency",

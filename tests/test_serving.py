@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from specbench import paths
-from specbench.backends.vllm.server import counted, preload, server_args
+from specbench.backends.serving import counted
+from specbench.backends.vllm.server import preload, server_args, steps_of
 from specbench.config import ModelConfig
 
 
@@ -16,7 +17,9 @@ def test_steps_vllm_drafted_nothing_for_sit_where_its_proposer_found_nothing() -
     then steps with no draft, 4 drafted (2 accepted), no draft, 4 drafted (0 accepted)."""
     spec = {"per_step_drafted": [4, 4], "per_step_accepted": [2, 0]}
     drafts_after = {2 + 2, 2 + 6}  # context lengths (prompt of 2) where a lookup matches
-    out = counted(list(range(7)), 1.0, 0.1, [9, 9], spec, lambda c: len(c) in drafts_after)
+    out = counted(
+        list(range(7)), 1.0, 0.1, [9, 9], steps_of(spec), lambda c: len(c) in drafts_after
+    )
     assert out.draft_lengths == [0, 4, 0, 4] and out.accepted == [0, 2, 0, 0]
     assert out.emitted == [1, 1, 3, 1, 1] and out.target_calls == 5
 
@@ -25,7 +28,7 @@ def test_an_overrun_past_the_output_does_not_replace_steps_without_a_draft() -> 
     """vLLM accepted 4 past max_tokens in its last step: the two steps before the drafts,
     which it did not record, still count; the overrun is clipped away."""
     spec = {"per_step_drafted": [4, 4], "per_step_accepted": [0, 4]}
-    out = counted(list(range(5)), 1.0, 0.1, [9], spec, lambda c: len(c) >= 1 + 3)
+    out = counted(list(range(5)), 1.0, 0.1, [9], steps_of(spec), lambda c: len(c) >= 1 + 3)
     assert out.draft_lengths == [0, 0, 4, 4] and out.accepted == [0, 0, 0, 0]
     assert out.target_calls == 5 and sum(out.emitted) == 5
 
@@ -34,7 +37,7 @@ def test_what_vllm_accepted_past_the_output_is_not_counted() -> None:
     """Five tokens kept: the prefill's, a step of 3, and of the next step (4 accepted past
     max_tokens) only its first token, with nothing accepted; a third step is dropped."""
     spec = {"per_step_drafted": [4, 4, 4], "per_step_accepted": [2, 4, 4]}
-    out = counted(list(range(5)), 1.0, 0.1, [9], spec)
+    out = counted(list(range(5)), 1.0, 0.1, [9], steps_of(spec))
     assert out.draft_lengths == [4, 4] and out.accepted == [2, 0]
     assert out.emitted == [1, 3, 1] and out.target_calls == 3
 

