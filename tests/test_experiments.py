@@ -46,7 +46,8 @@ def test_every_preset_validates_and_runs_on_tiny_substitutes(name: str, tmp_path
         substitutes.append(f"drafter={DRAFTER[real.drafter.kind]}")
     if real.task.name != "tiny_code":
         substitutes.append("task=tiny_code")
-    if real.backend.name == "vllm":  # its servers run in tests/test_vllm.py (make test-vllm)
+    # a serving engine's cells run in tests/test_vllm.py, tests/test_llamacpp_servers.py
+    if real.backend.name in ("vllm", "llamacpp"):
         substitutes += ["backend=specbench", "run.concurrency=1"]
     if real.run.device not in ("auto", "cpu"):  # a GPU preset (its rehearsal: test_gpu_world)
         substitutes += ["run.device=cpu", "run.engine=eager"]

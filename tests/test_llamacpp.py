@@ -294,3 +294,11 @@ def test_steps_without_a_draft_are_placed_where_ngram_simple_found_nothing() -> 
     made = serving.counted(output, 1.0, 0.1, prompt, [(4, 4), (4, 1)], drafts_at)
     assert made.draft_lengths == [0, 4, 4] and made.accepted == [0, 4, 1]
     assert sum(made.emitted) == len(output)
+
+
+def test_env_json_carries_what_the_build_recorded_beside_the_binary(tmp_path: Path) -> None:
+    """`make llamacpp` writes build.json beside llama-server; a binary built elsewhere has none."""
+    (tmp_path / "llama-server").write_text("")
+    assert server.build_info(str(tmp_path / "llama-server")) == {}
+    (tmp_path / "build.json").write_text('{"commit": "0c1e57098", "cmake": ["-DGGML_NATIVE=ON"]}')
+    assert server.build_info(str(tmp_path / "llama-server"))["commit"] == "0c1e57098"

@@ -5,6 +5,7 @@ own steps, and no server outlives its run, also when it is interrupted or killed
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -66,6 +67,9 @@ def test_sps_in_llamacpp_decodes_and_accepts_as_specbench_does(tmp_path: Path) -
     assert all(max(r.drafted_per_round) == 4 for r in records)
     cells = sorted(load_runs(tmp_path)["cell"])
     assert cells == ["sps γ4 · tiny/tiny-ar", "sps γ4 · tiny/tiny-ar [llamacpp]"]
+    (run,) = tmp_path.glob("adhoc/*/llamacpp-method.log")
+    engine = json.loads((run.parent / "env.json").read_text())["engine"]
+    assert engine["build"]["commit"] == "0c1e57098" and "-m" in engine["args"]
     assert not servers()
 
 

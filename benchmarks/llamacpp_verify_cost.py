@@ -1,0 +1,105 @@
+"""The verify(k)/step curve of `tiny-xl` in llama.cpp, in f32, bf16, q8_0 and q4_0, beside
+PyTorch's on the same machine: what a forward over k new tokens costs in steps of one token.
+
+Speculation pays only where verifying a draft costs little more than one step. llama.cpp's
+quantized kernels multiply int8 activations by int8 (or 4-bit) weights, so on a CPU without
+bf16 matrix units a batch of k tokens can cost far less than k steps where PyTorch's float
+matmuls cannot. llama.cpp's side is `llama-bench` (`make llamacpp`) on GGUF exports
+(specbench/models/gguf_export.py): `-p k -n 0 -d <context>` times a batch of k tokens after
+that many cached ones (the KV cache in f32 for f32 weights, llama.cpp's f16 for the others, as
+backend=llamacpp runs them); PyTorch's is benchmarks/forward_cost.py's `step_ms` (k new tokens
+behind a cached context, rolled back), in float32 and bfloat16.
+
+    python benchmarks/llamacpp_verify_cost.py --threads 2 --out results/figures
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+from pathlib import Path
+
+import torch
+from forward_cost import step_ms
+
+from specbench.backends.llamacpp.server import BUILD
+from specbench.config import ModelConfig
+from specbench.models import gguf_export, loading
+from specbench.models.kinds.causal import load_causal_lm
+from specbench.runs.env import environment
+from specbench.runs.machine import of_env
+
+TARGET = ModelConfig(name="tiny-xl", name_or_path="specbench:tiny-xl")
+KS = tuple(range(1, 18))
+
+
+def llama_bench(model: Path, quant: str, context: int, threads: int, repeats: int) -> dict:
+    """Mean milliseconds of a batch of k tokens behind `context` cached ones, per k."""
+    cache = ["-ctk", "f32", "-ctv", "f32"] if quant == "f32" else []
+    command = [str(BUILD / "llama-bench"), "-m", str(model), "-p", ",".join(map(str, KS))]
+    command += ["-n", "0", "-d", str(context), "-r", str(repeats), "-t", str(threads), "-o", "json"]
+    runs = json.loads(subprocess.run(command + cache, check=True, capture_output=True).stdout)
+    return {run["n_prompt"]: run["avg_ns"] / 1e6 for run in runs}
+
+
+def torch_curve(dtype: str, context: int, repeats: int) -> dict:
+    """Median milliseconds of k new tokens behind `context` cached ones in PyTorch."""
+    lm = load_causal_lm(TARGET, "target", torch.device("cpu"), dtype)
+    lm.prefill(list(range(3, 3 + context)))
+    return {k: statistics.median(step_ms(lm, k) for _ in range(repeats)) for k in KS}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--context", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quants", nargs="+", default=list(gguf_export.QUANTS))
+    parser.add_argument("--torch", nargs="*", default=["float32", "bfloat16"])
+    parser.add_argument("--out", type=Path, help="write llamacpp_verify_cost.csv and .md here")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    checkpoint = Path(loading.resolve(TARGET, "target"))
+    curves = {}
+    for quant in args.quants:
+        model = gguf_export.cached(checkpoint, quant)
+        curves[f"llama.cpp {quant}"] = llama_bench(
+            model, quant, args.context, args.threads, args.repeats
+        )
+    for dtype in args.torch:
+        curves[f"torch {dtype}"] = torch_curve(dtype, args.context, args.repeats)
+    machine = of_env(environment(torch.device("cpu"), "")).label()
+    table = report(curves, machine, args)
+    print(table)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "llamacpp_verify_cost.md").write_text(table)
+        with (args.out / "llamacpp_verify_cost.csv").open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["engine", "k", "ms", "verify_over_step"])
+            for name, curve in curves.items():
+                writer.writerows(
+                    [name, k, f"{ms:.4f}", f"{ms / curve[1]:.3f}"] for k, ms in curve.items()
+                )
+
+
+def report(curves: dict, machine: str, args: argparse.Namespace) -> str:
+    """verify(k)/step per engine (rows) and k (columns), with one step's milliseconds."""
+    shown = (1, 2, 4, 8, 12, 16, 17)
+    head = "| engine | step ms | " + " | ".join(f"k={k}" for k in shown[1:]) + " |"
+    lines = [head, "|" + "---|" * (len(shown) + 1)]
+    for name, curve in curves.items():
+        ratios = " | ".join(f"{curve[k] / curve[1]:.2f}" for k in shown[1:])
+        lines.append(f"| {name} | {curve[1]:.2f} | {ratios} |")
+    foot = (
+        f"\ntiny-xl, verify(k)/step behind {args.context} cached tokens, {args.threads} threads, "
+        f"{machine}, mean of {args.repeats} (llama-bench) / median of {args.repeats} (torch).\n"
+    )
+    return "\n".join(lines) + "\n" + foot
+
+
+if __name__ == "__main__":
+    main()
