@@ -14,6 +14,7 @@ import torch
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from specbench import paths
+from specbench.models.eagle3 import save_eagle3
 from specbench.models.random_dflash import save_dflash
 from specbench.models.tiny import corpus
 from specbench.models.tiny.cli import STAGES
@@ -25,6 +26,14 @@ from specbench.models.tiny.dflash import (
     train_dflash,
 )
 from specbench.models.tiny.dlm import from_causal
+from specbench.models.tiny.eagle3 import (
+    draft_vocabulary,
+    eagle3_drafter,
+    evaluate_eagle3,
+    head_from_target,
+    target_states,
+    train_eagle3,
+)
 from specbench.models.tiny.tokenizer import train_tokenizer
 from specbench.models.tiny.train import (
     Schedule,
@@ -32,6 +41,7 @@ from specbench.models.tiny.train import (
     causal_model,
     evaluate_causal,
     evaluate_dlm,
+    random_windows,
     token_stream,
     train_causal,
     train_dlm,
@@ -43,6 +53,19 @@ TINY_CODE = {"samples": 100, "prefix_tokens": 128, "continuation_tokens": 128, "
 # tiny-dflash: 2 layers (a third of the target's, as z-lab's 5 of Qwen3-8B's 36 are a seventh),
 # blocks of 16, trained on the target's greedy continuations of training-split prefixes
 DFLASH = {"layers": 2, "block": 16, "sequences": 8192, "prefix": 64, "new": 192, "blocks": 12}
+# tiny-eagle3: EAGLE-3's one layer over the inputs of tiny's layers 1, 3 and 5 (upstream's rule,
+# 2, n // 2, n - 3, names layer 3 twice for n = 6), half the vocabulary as its draft vocabulary
+# (Llama 3.1's EAGLE-3: a quarter), 3 training-time-test steps (upstream: 7), on training-split
+# windows; validated on the target's continuations of 32-token validation prefixes
+EAGLE3 = {
+    "aux_layer_ids": [1, 3, 5],
+    "draft_vocab": 2048,
+    "steps": 3,
+    "windows": 1024,
+    "window": 128,
+    "batch": 4,
+    "prefix": 32,
+}
 
 
 def save(
@@ -178,6 +201,13 @@ def train(args: argparse.Namespace) -> None:
         (out / "tiny-dflash" / "training.json").write_text(json.dumps(report, indent=2) + "\n")
         print("tiny-dflash validation:", report["validation"])
 
+    if "tiny-eagle3" in stages:
+        started = time.time()
+        report = {**common, **train_tiny_eagle3(target, tokenizer, args, out / "tiny-eagle3")}
+        report["seconds"] = time.time() - started
+        (out / "tiny-eagle3" / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+        print("tiny-eagle3 validation:", report["validation"])
+
     if "tiny_code" in stages:
         with (out / "tiny_code.jsonl").open("w") as fh:
             fh.writelines(json.dumps(s) + "\n" for s in tiny_code_samples(tokenizer))
@@ -219,4 +249,40 @@ def train_tiny_dflash(
         "trained_on": "tiny's greedy continuations of training-split prefixes",
         "final_train_loss": _mean_tail(losses),
         "validation": evaluate_dflash(drafter, embedding, val_ids, val_features, prefix),
+    }
+
+
+def train_tiny_eagle3(
+    target: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, args: argparse.Namespace, out: Path
+) -> dict:
+    """Training-split windows, the inputs of the layers EAGLE-3 fuses and the target's
+    predictions on them, the draft vocabulary from those, then the training-time test; saved in
+    half precision in EAGLE's own layout, without embeddings (it reads the target's). The
+    report's numbers are measured on the target's greedy continuations of validation-split
+    prefixes."""
+    steps, window = EAGLE3["steps"], EAGLE3["window"]
+    layers = [layer - 1 for layer in EAGLE3["aux_layer_ids"]]  # a layer's input: the one before
+    g = torch.Generator().manual_seed(args.seed + 5)
+    train = token_stream(tokenizer, corpus.texts("train"))
+    ids = random_windows(train, EAGLE3["windows"], window, g)
+    features, predicted = target_states(target, ids, layers)
+    torch.manual_seed(args.seed + 5)
+    drafter = eagle3_drafter(target, EAGLE3["aux_layer_ids"], EAGLE3["draft_vocab"])
+    draft_vocabulary(drafter, predicted)
+    head_from_target(drafter, target)
+    schedule = Schedule(steps=args.eagle3_steps, batch=EAGLE3["batch"], lr=3e-3, warmup=30)
+    losses = train_eagle3(drafter, ids, features, predicted, schedule, args.seed + 5, steps)
+    save_eagle3(drafter.to(torch.float16), out)
+    drafter.float().eval()
+    validation = token_stream(tokenizer, corpus.texts("validation"))
+    prefix = EAGLE3["prefix"]
+    val_ids = greedy_continuations(target, validation, 64, prefix, window - prefix, args.seed + 6)
+    val_features, val_predicted = target_states(target, val_ids, layers)
+    return {
+        "recipe": EAGLE3,
+        "schedule": vars(schedule),
+        "trained_on": "training-split windows, labels the target's greedy predictions",
+        "draft_vocab_coverage": round(float(drafter.t2d[val_ids[:, prefix:]].float().mean()), 4),
+        "final_train_loss": _mean_tail(losses),
+        "validation": evaluate_eagle3(drafter, val_ids, val_features, val_predicted, prefix, steps),
     }

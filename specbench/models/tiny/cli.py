@@ -1,6 +1,7 @@
 """`specbench-tiny train`: rebuild the tiny world from the standard library's source.
 
-specbench-tiny train                     # tokenizer, tiny (target), tiny-ar, tiny-dlm, tiny-dflash
+specbench-tiny train                     # tokenizer, tiny (target), tiny-ar, tiny-dlm, tiny-dflash,
+                                         # tiny-eagle3
 specbench-tiny train --only tiny-dflash   # one drafter again, against the committed target
 specbench-tiny train --out /tmp/tiny --target-steps 50 --drafter-steps 20   # a quick check
 specbench-tiny train --overwrite-committed   # rebuild the committed checkpoints (make tiny)
@@ -19,7 +20,7 @@ from pathlib import Path
 from specbench import paths
 from specbench.errors import OneLineParser
 
-STAGES = ("tiny", "tiny-ar", "tiny-dlm", "tiny-dflash", "tiny_code")
+STAGES = ("tiny", "tiny-ar", "tiny-dlm", "tiny-dflash", "tiny-eagle3", "tiny_code")
 
 
 def train(args: argparse.Namespace) -> None:
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--drafter-steps", type=positive, default=1500)
     p.add_argument("--dlm-steps", type=positive, default=1500)
     p.add_argument("--dflash-steps", type=positive, default=3000)
+    p.add_argument("--eagle3-steps", type=positive, default=300)
     p.add_argument(
         "--only", nargs="+", choices=STAGES, help="run these stages, read the rest from --out"
     )

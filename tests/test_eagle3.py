@@ -1,0 +1,237 @@
+"""EAGLE-3: both published checkpoint layouts load into one drafter; its logits, chains and
+dynamic trees are upstream's (goldens from SafeAILab/EAGLE's cnets.py run outside the
+repository on a random fixture in the layout of yuhuili/EAGLE3-LLaMA3.1-Instruct-8B); the
+training-time test reads exactly what drafting reads; greedy decoding is token-identical to the
+target's on the tiny world, with drafts accepted; the kind refuses a checkpoint that cannot read
+its target before any weight loads."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import LlamaConfig
+
+from conftest import law_pvalue
+from specbench.config import ModelConfig
+from specbench.decoding.drafters.eagle3.config import Eagle3Config
+from specbench.decoding.drafters.eagle3.method import Eagle3, Eagle3Proposer
+from specbench.decoding.warp import Warp
+from specbench.errors import ConfigError
+from specbench.models.eagle3 import (
+    Eagle3Drafter,
+    aux_layer_ids,
+    eagle3_config,
+    load_eagle3,
+    save_eagle3,
+)
+from specbench.models.kinds.eagle3 import check_reads_target
+from specbench.models.tiny.eagle3 import ttt_logits
+from specbench.models.toy import V, exact_law, toy_lm
+
+GOLDENS_DIR = Path(__file__).parent / "goldens" / "eagle3"
+GOLDENS = json.loads((GOLDENS_DIR / "goldens.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def fixture_drafter():
+    """The fixture in EAGLE's layout (pytorch_model.bin, no embeddings), bound to the target
+    embeddings the goldens were made with."""
+    model = load_eagle3(GOLDENS_DIR / "eagle-layout")
+    model.embedding = load_file(GOLDENS_DIR / "target_embedding.safetensors")["weight"]
+    return model
+
+
+def proposer(model, top_k: int | None = None, budget: int = 0) -> Eagle3Proposer:
+    return Eagle3Proposer(model, (0, 1, 2), Warp(), set(), top_k=top_k, budget=budget)
+
+
+def paths_of(tokens: list[int], parents: list[int]) -> set[tuple[int, ...]]:
+    """A tree as the set of its root paths (node order and numbering aside)."""
+    paths = []
+    for parent, token in zip(parents, tokens):
+        paths.append((paths[parent] if parent >= 0 else ()) + (token,))
+    return set(paths)
+
+
+def test_the_speculators_layout_loads_the_same_drafter(fixture_drafter, tmp_path) -> None:
+    save_eagle3(fixture_drafter, tmp_path, speculators=True)
+    raw = json.loads((tmp_path / "config.json").read_text())
+    assert raw["speculators_model_type"] == "eagle3" and "transformer_layer_config" in raw
+    stored = load_file(tmp_path / "model.safetensors")
+    assert any(key.startswith("layers.0.") for key in stored)
+    assert not any(key.startswith("midlayer.") for key in stored)
+    again = load_eagle3(tmp_path)
+    for (key, value), (_, other) in zip(
+        fixture_drafter.state_dict().items(), again.state_dict().items()
+    ):
+        assert torch.equal(value, other), key
+
+
+def test_the_context_forward_equals_upstreams(fixture_drafter) -> None:
+    """Feature i with the token after it, causally: row i's logits predict ids[i + 2]."""
+    for case in GOLDENS["cases"]:
+        ids, features = torch.tensor(case["ids"]), torch.tensor(case["features"])
+        n = len(features)
+        with torch.no_grad():
+            states, _ = fixture_drafter(
+                ids[None, 1:],
+                fixture_drafter.fuse(features[None]),
+                torch.arange(n)[None],
+                torch.ones(n, n, dtype=torch.bool).tril()[None],
+            )
+            logits = fixture_drafter.logits(states)[0]
+        torch.testing.assert_close(
+            logits, torch.tensor(case["context_logits"]), atol=1e-4, rtol=1e-4
+        )
+
+
+def recorded(drafter: Eagle3Proposer, ids: list[int], n: int) -> tuple[object, list]:
+    """A draft of `n` after `ids` and the draft logits of each drafter forward it made."""
+    rows: list[torch.Tensor] = []
+    hook = drafter.model.lm_head.register_forward_hook(lambda module, args, out: rows.append(out))
+    try:
+        return drafter.draft(ids, n, torch.Generator()), rows
+    finally:
+        hook.remove()
+
+
+def assert_same_rows(got: torch.Tensor, want: list[list[float]]) -> None:
+    """The same rows in any order (upstream orders a level's nodes by score, specbench by
+    node number)."""
+    want_rows = torch.tensor(want)
+    assert got.shape == want_rows.shape
+    distance = torch.cdist(got, want_rows)
+    assert sorted(distance.argmin(0).tolist()) == list(range(len(want_rows)))
+    assert float(distance.min(0).values.max()) < 1e-3
+
+
+def test_a_greedy_chain_equals_upstreams(fixture_drafter) -> None:
+    """Each draft fed back with the state that predicted it, one position on, mapped to target
+    ids by d2t; the drafts leave the cache."""
+    for case in GOLDENS["cases"]:
+        drafter = proposer(fixture_drafter)
+        drafter.observe(torch.tensor(case["features"]))
+        n = len(case["chain"]) + 1
+        draft, rows = recorded(drafter, case["ids"], n)
+        assert draft.tokens[:-1] == case["chain"]
+        for got, want in zip(rows[1:], case["chain_logits"]):
+            torch.testing.assert_close(got[0], torch.tensor(want), atol=1e-4, rtol=1e-4)
+        assert draft.nfe == n  # the context's forward, then one per draft fed
+        assert drafter.cached == len(case["features"])
+
+
+def test_the_dynamic_tree_equals_upstreams(fixture_drafter) -> None:
+    """Upstream's depth d grows d + 1 levels; its total_tokens counts the root. Each level's
+    forward reads its nodes' ancestors, as upstream's tree mask lets it."""
+    for case in GOLDENS["cases"]:
+        tree = case["tree"]
+        drafter = proposer(fixture_drafter, tree["top_k"], tree["total_tokens"] - 1)
+        drafter.observe(torch.tensor(case["features"]))
+        draft, rows = recorded(drafter, case["ids"], tree["depth"] + 1)
+        assert case["ids"][-1] == tree["root"]
+        assert paths_of(draft.tokens, draft.parents) == paths_of(tree["tokens"], tree["parents"])
+        assert len(rows) == len(tree["level_logits"]) == draft.nfe
+        for got, want in zip(rows, tree["level_logits"]):
+            assert_same_rows(got, want)
+
+
+def test_the_target_layers_follow_upstreams_rule_unless_named() -> None:
+    config = eagle3_config(json.loads((GOLDENS_DIR / "eagle-layout" / "config.json").read_text()))
+    assert aux_layer_ids(config, 32) == [2, 16, 29]  # Llama 3.1 8B: the inputs of these layers
+    config.aux_layer_ids = [1, 3, 5]
+    assert aux_layer_ids(config, 6) == [1, 3, 5]
+
+
+def toy_drafter(target, draft_vocab: int = V - 1, seed: int = 1):
+    """A random EAGLE-3 drafter for the toy target (its embeddings, its layers 1-3) whose
+    draft vocabulary lacks the last token, with weights large enough to prefer tokens."""
+    config = LlamaConfig(
+        vocab_size=V,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
+    config.draft_vocab_size, config.target_hidden_size = draft_vocab, 16
+    config.norm_before_residual, config.aux_layer_ids = False, [1, 2, 3]
+    torch.manual_seed(seed)
+    model = Eagle3Drafter(config).eval()
+    for param in model.parameters():
+        if param.dim() == 2:
+            torch.nn.init.normal_(param, std=0.5)
+    model.t2d[:draft_vocab] = True  # d2t stays 0: draft id d is target id d
+    return model
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [Eagle3Config(tree=None, gamma=2), Eagle3Config(gamma=2, top_k=2, budget=4)],
+    ids=["chain", "tree"],
+)
+def test_sampled_eagle3_samples_the_target_law(cfg) -> None:
+    """A chain's proposal is the drafter's warped law over the target's vocabulary (zero off
+    its draft vocabulary), a tree is verified by the exact tree rule: the output is the
+    target's law either way."""
+    length, draws, prompt, warp = 3, 2000, [1, 3, 0], Warp(temperature=1.0)
+    target = toy_lm(n_layer=4, seed=0)
+    method = Eagle3(cfg, warp)
+    assert method.exact()
+    decoder = method.build(target, toy_drafter(target), None)
+    generator = torch.Generator().manual_seed(0)
+    counts, accepted = Counter(), 0
+    for _ in range(draws):
+        got = decoder.generate(prompt, length, generator)
+        counts[tuple(got.tokens)] += 1
+        accepted += sum(got.accepted)
+    assert accepted > draws / 4  # drafts are accepted and rejected
+    assert law_pvalue(counts, exact_law(target, prompt, length, warp), draws) > 1e-3
+
+
+def test_training_reads_what_drafting_reads(fixture_drafter) -> None:
+    """The training-time test's step k at position p (its own states fed back, one position on,
+    reading step 0's keys up to p and its chain's) gives the logits a drafted chain gives, when
+    the data's next tokens are the chain's drafts."""
+    case, steps, anchor = GOLDENS["cases"][2], 3, 5
+    drafter = proposer(fixture_drafter)
+    drafter.observe(torch.tensor(case["features"][: anchor + 1]))
+    draft, rows = recorded(drafter, case["ids"][: anchor + 2], steps)
+    ids = torch.tensor([case["ids"][: anchor + 2] + draft.tokens])
+    features = torch.tensor([case["features"][: anchor + steps + 2]])
+    with torch.no_grad():
+        trained = ttt_logits(fixture_drafter, ids, features[:, : ids.shape[1]], steps)
+    for step in range(steps):
+        torch.testing.assert_close(trained[step][0, anchor], rows[step][-1], atol=1e-4, rtol=1e-4)
+
+
+def llama_target(directory: Path, layers: int, hidden: int = 64) -> ModelConfig:
+    """A target checkpoint's config alone (the checks read no weights)."""
+    LlamaConfig(
+        vocab_size=256, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4
+    ).save_pretrained(directory)
+    return ModelConfig(name="target", name_or_path=str(directory))
+
+
+@pytest.mark.parametrize(
+    ("layers", "hidden", "why"),
+    [
+        (8, 64, None),  # upstream's rule: the inputs of layers 2, 4 and 5
+        (6, 64, "naming one twice"),  # 2, 3, 3
+        (8, 32, "reads target states of size 64"),
+    ],
+)
+def test_the_kind_refuses_a_target_it_cannot_read(tmp_path, layers, hidden, why) -> None:
+    drafter = ModelConfig(
+        name="fixture", name_or_path=str(GOLDENS_DIR / "eagle-layout"), kind="eagle3"
+    )
+    target = llama_target(tmp_path, layers, hidden)
+    if why is None:
+        check_reads_target(drafter, target)
+    else:
+        with pytest.raises(ConfigError, match=why):
+            check_reads_target(drafter, target)
