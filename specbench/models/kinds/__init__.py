@@ -1,8 +1,8 @@
 """Model kinds: each family of checkpoints specbench drives (a causal LM, a masked-diffusion
-LM, a DFlash drafter) is one `ModelKind` registered in `MODEL_KINDS` under the `kind` its
-YAML names. A kind owns every fact the pipeline needs about it (the checks before any weight
-loads, its tokenizer rule as a drafter, its dtype, its loader, its compile hook), so the
-pipeline names no kind. Adding one (an EAGLE-3 head, a Medusa head) is one module here."""
+LM, a DFlash drafter, an EAGLE-3 drafter) is one `ModelKind` registered in `MODEL_KINDS` under
+the `kind` its YAML names. A kind owns every fact the pipeline needs about it (the checks
+before any weight loads, its tokenizer rule as a drafter, its dtype, its loader, its compile
+hook), so the pipeline names no kind. Adding one (a Medusa head) is one module here."""
 
 from __future__ import annotations
 
