@@ -16,10 +16,12 @@ import torch
 from safetensors.torch import load_file
 from transformers import LlamaConfig
 
-from conftest import law_pvalue
+from conftest import builtin, law_pvalue
+from specbench import paths
 from specbench.config import ModelConfig
 from specbench.decoding.drafters.eagle3.config import Eagle3Config
 from specbench.decoding.drafters.eagle3.method import Eagle3, Eagle3Proposer
+from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
 from specbench.models.eagle3 import (
@@ -32,6 +34,7 @@ from specbench.models.eagle3 import (
 from specbench.models.kinds.eagle3 import check_reads_target
 from specbench.models.tiny.eagle3 import ttt_logits
 from specbench.models.toy import V, exact_law, toy_lm
+from specbench.registry import MODEL_KINDS
 
 GOLDENS_DIR = Path(__file__).parent / "goldens" / "eagle3"
 GOLDENS = json.loads((GOLDENS_DIR / "goldens.json").read_text())
@@ -235,3 +238,33 @@ def test_the_kind_refuses_a_target_it_cannot_read(tmp_path, layers, hidden, why)
     else:
         with pytest.raises(ConfigError, match=why):
             check_reads_target(drafter, target)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [Eagle3Config(tree=None, gamma=4), Eagle3Config(gamma=4, top_k=4, budget=16)],
+    ids=["chain", "tree"],
+)
+def test_greedy_eagle3_equals_the_targets_greedy_output(cfg) -> None:
+    """tiny-eagle3 as `drafter=tiny-eagle3` loads it (EAGLE's layout, the target's
+    embeddings): token-identical to the target's greedy decoding, drafts accepted."""
+    from transformers import AutoTokenizer
+
+    target = builtin("tiny")
+    drafter = MODEL_KINDS["eagle3"]().load(
+        ModelConfig(name="tiny-eagle3", name_or_path="specbench:tiny-eagle3", kind="eagle3"),
+        "drafter",
+        torch.device("cpu"),
+        "float32",
+    )
+    tokenizer = AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")
+    rows = [json.loads(line) for line in (paths.TINY_DIR / "tiny_code.jsonl").open()][:4]
+    decoder = Eagle3(cfg, Warp()).build(target, drafter, None)
+    baseline = AutoregressiveDecoder(target, Warp())
+    accepted = 0
+    for row in rows:
+        prompt = tokenizer(row["prompt"])["input_ids"]
+        got = decoder.generate(prompt, 32, torch.Generator())
+        assert got.tokens == baseline.generate(prompt, 32, torch.Generator()).tokens
+        accepted += sum(got.accepted)
+    assert accepted > 0

@@ -15,9 +15,15 @@ from specbench.pipeline import execute, prepare, warp_of
 from specbench.registry import METHODS, discover
 
 EXPERIMENTS = sorted(p.stem for p in (paths.CONF_DIR / "experiment").glob("*.yaml"))
-TINY_MODELS = {"tiny", "tiny-ar", "tiny-dlm", "tiny-dflash", "none"}
+TINY_MODELS = {"tiny", "tiny-ar", "tiny-dlm", "tiny-dflash", "tiny-eagle3", "none"}
 SUBSTITUTE = {"causal": "tiny", "diffusion": "tiny-dlm"}
-DRAFTER = {"causal": "tiny-ar", "diffusion": "tiny-dlm", "dflash": "tiny-dflash", "none": "none"}
+DRAFTER = {
+    "causal": "tiny-ar",
+    "diffusion": "tiny-dlm",
+    "dflash": "tiny-dflash",
+    "eagle3": "tiny-eagle3",
+    "none": "none",
+}
 
 
 def first_cell(name: str) -> list[str]:
