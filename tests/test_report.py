@@ -451,15 +451,27 @@ def test_a_groups_aup_reads_shares_as_percent_against_the_best_accuracy_shown() 
     assert "| policy | 2 | 1.00-2.00 | " in aup.markdown(frame, "t", "prefix_match")
 
 
-def test_a_vllm_cell_names_its_backend_and_requests_in_flight(tmp_path: Path) -> None:
-    """The same SpS config on both backends and at two concurrencies: four rows, never one."""
+def test_a_cell_names_its_backend_its_measured_knobs_and_requests_in_flight(
+    tmp_path: Path,
+) -> None:
+    """The same SpS config on three backends, at two concurrencies and two GGUF types: five
+    rows, never one."""
     sps = {"method": "sps", "method.gamma": 4}
     vllm = {"backend.name": "vllm", "backend.python": None, "backend.startup_s": 900}
-    for extra in ({}, vllm, {**vllm, "run.concurrency": 4}):
+    llamacpp = {"backend.name": "llamacpp", "backend.startup_s": 120}
+    for extra in (
+        {},
+        vllm,
+        {**vllm, "run.concurrency": 4},
+        {**llamacpp, "backend.quant": "q8_0"},
+        {**llamacpp, "backend.quant": "q4_0", "backend.startup_s": 60},
+    ):
         write_run(tmp_path, {**sps, **extra}, [record(0, 10, 1.0, 4, 2.0, 0.5)])
     frame, _ = leaderboard.table(load_runs(tmp_path), "tiny_code")
     assert sorted(frame.index) == [
         "sps γ4 · tiny/tiny-ar",
+        "sps γ4 · tiny/tiny-ar [llamacpp q4_0]",  # a GGUF's type is shown, a startup limit not
+        "sps γ4 · tiny/tiny-ar [llamacpp q8_0]",
         "sps γ4 · tiny/tiny-ar [vllm c4]",
         "sps γ4 · tiny/tiny-ar [vllm]",
     ]

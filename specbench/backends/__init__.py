@@ -37,6 +37,9 @@ class BackendConfig:
     """A backend's knobs: `name` selects the registered `Backend`; subclasses add their own."""
 
     name: str = MISSING
+    # the knobs that change what a cell measures, so its display name carries them (a GGUF's
+    # type does; a python's path or a startup limit does not)
+    SHOWN: ClassVar[tuple[str, ...]] = ()
 
     def check(self) -> None:
         """Raise `ConfigError` on a knob out of range (no file read, no torch)."""

@@ -20,7 +20,7 @@ import yaml
 
 from specbench.metrics.summary import first_divergence
 from specbench.report import ReportError
-from specbench.report.load import flatten
+from specbench.report.load import backend, flatten
 from specbench.runs.record import TIE_ULPS, Arm
 from specbench.runs.store import load_records, upgraded
 
@@ -42,7 +42,7 @@ def pairs(runs: pd.DataFrame, configs: dict[str, dict]) -> list[tuple[pd.Series,
     runs = runs.assign(
         pair=[pair_key(configs[r]) + m for r, m in zip(runs["run_dir"], runs["machine"])]
     )
-    runs = runs.assign(backend=runs["backend.name"])
+    runs = runs.assign(backend=[backend(row) for _, row in runs.iterrows()])
     found = []
     for _, group in runs.groupby("pair", sort=False):
         own = group[group["backend"] == OWN]

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from specbench.registry import METHOD_CONFIGS, TASKS, discover_schemas
+from specbench.registry import BACKEND_CONFIGS, METHOD_CONFIGS, TASKS, discover_schemas
 from specbench.report import ReportError
 from specbench.runs import machine
 from specbench.runs.store import upgraded
@@ -108,9 +108,17 @@ def display(row: dict) -> str:
     engine = f" [{row['run.engine']}]" if row.get("run.engine", "eager") != "eager" else ""
     if row["backend.name"] != "specbench":  # another engine runs every arm
         concurrency = row.get("run.concurrency", 1)
-        engine = f" [{row['backend.name']}{f' c{concurrency}' if concurrency > 1 else ''}]"
+        engine = f" [{backend(row)}{f' c{concurrency}' if concurrency > 1 else ''}]"
     workload = f" ({row['workload']})" if row.get("workload") else ""
     return f"{row['label']} · {models}{temperature}{engine}{workload}"
+
+
+def backend(row: dict) -> str:
+    """The backend's name and the knobs of it that change what a cell measures (its config's
+    `SHOWN`: llama.cpp's GGUF type), e.g. `llamacpp q8_0`."""
+    name = row["backend.name"]
+    shown = BACKEND_CONFIGS[name].SHOWN if name in BACKEND_CONFIGS else ()
+    return " ".join([name, *(str(row[f"backend.{knob}"]) for knob in shown)])
 
 
 def disambiguate(frame: pd.DataFrame, by: str) -> pd.Series:

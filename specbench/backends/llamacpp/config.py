@@ -5,6 +5,7 @@ so composing a config stays instant."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from specbench.backends import BackendConfig
 from specbench.errors import ConfigError
@@ -26,6 +27,7 @@ class LlamaCppConfig(BackendConfig):
     # own default (the machine's cores)
     threads: int | None = None
     startup_s: int = 120  # the longest a server may take to answer /health
+    SHOWN: ClassVar[tuple[str, ...]] = ("quant",)
 
     def check(self) -> None:
         if self.quant not in QUANTS:
