@@ -57,13 +57,18 @@ def test_env_json_describes_this_machine_and_the_fingerprint_leads_with_its_clas
 
 
 def test_a_committed_env_json_reads_as_what_it_recorded() -> None:
-    """A run written before the machine field: its CPU's name and cores, the ISA unrecorded."""
+    """A run written before the machine field: its CPU's name and cores, the ISA unrecorded;
+    one written since: the class its machine block names."""
     short = {"AMD EPYC": "AMD EPYC", "Intel(R) Xeon(R) Processor": "Intel Xeon"}
     stored = sorted(paths.REPO_ROOT.glob("results/reference/*/*/env.json"))
-    assert stored
-    for path in stored:
-        env = json.loads(path.read_text())
-        want = f"cpu {short[env['cpu']]} (isa unrecorded) {env['cpu_count']}c"
+    envs = [json.loads(path.read_text()) for path in stored]
+    assert any("machine" not in env for env in envs)
+    for path, env in zip(stored, envs):
+        if "machine" in env:
+            recorded = env["machine"]
+            want = f"cpu {short[recorded['cpu']]} {recorded['isa']} {recorded['cpus']}c"
+        else:
+            want = f"cpu {short[env['cpu']]} (isa unrecorded) {env['cpu_count']}c"
         assert of_env(env).label() == want, path
 
 
