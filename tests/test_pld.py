@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import law_pvalue
-from specbench.backends.vllm import DRAFTS_AT, SPECULATIVE
+from specbench.backends.vllm.backend import DRAFTS_AT, SPECULATIVE
 from specbench.decoding.drafters.pld.config import PLDConfig
 from specbench.decoding.drafters.pld.method import PLD, lookup
 from specbench.decoding.plain import AutoregressiveDecoder
