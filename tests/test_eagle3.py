@@ -172,6 +172,7 @@ def toy_drafter(target, draft_vocab: int = V - 1, seed: int = 1):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "cfg",
     [Eagle3Config(tree=None, gamma=2), Eagle3Config(gamma=2, top_k=2, budget=4)],
