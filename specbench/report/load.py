@@ -118,7 +118,7 @@ def backend(row: dict) -> str:
     `SHOWN`: llama.cpp's GGUF type), e.g. `llamacpp q8_0`."""
     name = row["backend.name"]
     shown = BACKEND_CONFIGS[name].SHOWN if name in BACKEND_CONFIGS else ()
-    return " ".join([name, *(str(row[f"backend.{knob}"]) for knob in shown)])
+    return " ".join([name, *(str(row[f"backend.{k}"]) for k in shown if f"backend.{k}" in row)])
 
 
 def disambiguate(frame: pd.DataFrame, by: str) -> pd.Series:
