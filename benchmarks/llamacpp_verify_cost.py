@@ -6,8 +6,8 @@ quantized kernels multiply int8 activations by int8 (or 4-bit) weights, so on a 
 bf16 matrix units a batch of k tokens can cost far less than k steps where PyTorch's float
 matmuls cannot. llama.cpp's side is `llama-bench` (`make llamacpp`) on GGUF exports
 (specbench/models/gguf_export.py): `-p k -n 0 -d <context>` times a batch of k tokens after
-that many cached ones (the KV cache in f32 for f32 weights, llama.cpp's f16 for the others, as
-backend=llamacpp runs them); PyTorch's is benchmarks/forward_cost.py's `step_ms` (k new tokens
+that many cached ones, the KV cache in llama.cpp's f16 for every weight type (llama-bench takes
+no f32 cache; backend=llamacpp serves f32 weights with an f32 cache); PyTorch's is benchmarks/forward_cost.py's `step_ms` (k new tokens
 behind a cached context, rolled back), in float32 and bfloat16.
 
     python benchmarks/llamacpp_verify_cost.py --threads 2 --out results/figures
@@ -36,12 +36,11 @@ TARGET = ModelConfig(name="tiny-xl", name_or_path="specbench:tiny-xl")
 KS = tuple(range(1, 18))
 
 
-def llama_bench(model: Path, quant: str, context: int, threads: int, repeats: int) -> dict:
+def llama_bench(model: Path, context: int, threads: int, repeats: int) -> dict:
     """Mean milliseconds of a batch of k tokens behind `context` cached ones, per k."""
-    cache = ["-ctk", "f32", "-ctv", "f32"] if quant == "f32" else []
     command = [str(BUILD / "llama-bench"), "-m", str(model), "-p", ",".join(map(str, KS))]
     command += ["-n", "0", "-d", str(context), "-r", str(repeats), "-t", str(threads), "-o", "json"]
-    runs = json.loads(subprocess.run(command + cache, check=True, capture_output=True).stdout)
+    runs = json.loads(subprocess.run(command, check=True, capture_output=True).stdout)
     return {run["n_prompt"]: run["avg_ns"] / 1e6 for run in runs}
 
 
@@ -66,9 +65,7 @@ def main() -> None:
     curves = {}
     for quant in args.quants:
         model = gguf_export.cached(checkpoint, quant)
-        curves[f"llama.cpp {quant}"] = llama_bench(
-            model, quant, args.context, args.threads, args.repeats
-        )
+        curves[f"llama.cpp {quant}"] = llama_bench(model, args.context, args.threads, args.repeats)
     for dtype in args.torch:
         curves[f"torch {dtype}"] = torch_curve(dtype, args.context, args.repeats)
     machine = of_env(environment(torch.device("cpu"), "")).label()
