@@ -138,6 +138,7 @@ def load_runs(root: str | Path) -> pd.DataFrame:
     """Every run directory under `root`; a cell stored twice in one experiment on one machine
     class (the same run id, e.g. a reference copy and a rerun) keeps the copy with more
     samples."""
+    discover_schemas()  # the backends' configs name their cells (`backend`)
     rows = [read_run(p.parent) for p in sorted(Path(root).glob("**/summary.json"))]
     if not rows:
         return pd.DataFrame(
