@@ -28,7 +28,7 @@ from specbench.config import check_knobs, refuse_stray_keys
 from specbench.errors import ConfigError, user_line
 from specbench.interrupt import EXIT_CODE, on_ctrl_c
 from specbench.registry import discover_schemas
-from specbench.runs.store import existing_writable
+from specbench.runs.store import existing_writable, read_records
 from specbench.runs.sweep import SweepSummary, write_outcome
 from specbench.tasks.load import load_samples
 
@@ -125,12 +125,14 @@ def forget_output_dir() -> None:
 
 
 def interrupted(plan: Any) -> int:
-    """Report a Ctrl-C in one line: the samples recorded and how to resume."""
+    """Report a Ctrl-C in one line: the samples recorded (counted in the records file, the
+    truth a rerun resumes from: the signal can land between a record's write and the store's
+    bookkeeping of it) and how to resume."""
     if plan is None:
         say("interrupted before the run directory was opened; nothing was recorded")
     else:
         wanted = {s.id for s in plan.samples}
-        done = len(plan.store.done & wanted)
+        done = len({r["id"] for r in read_records(plan.store.records_path)} & wanted)
         say(
             f"interrupted: {done} of {len(wanted)} samples recorded in {plan.store.run_dir}; "
             "rerun the same command to resume"
