@@ -66,7 +66,7 @@ def test_sps_in_llamacpp_decodes_and_accepts_as_specbench_does(tmp_path: Path) -
     assert theirs.accepted_per_round == pytest.approx(ours.accepted_per_round, rel=0.02)
     assert all(max(r.drafted_per_round) == 4 for r in records)
     cells = sorted(load_runs(tmp_path)["cell"])
-    assert cells == ["sps γ4 · tiny/tiny-ar", "sps γ4 · tiny/tiny-ar [llamacpp]"]
+    assert cells == ["sps γ4 · tiny/tiny-ar", "sps γ4 · tiny/tiny-ar [llamacpp f32]"]
     (run,) = tmp_path.glob("adhoc/*/llamacpp-method.log")
     engine = json.loads((run.parent / "env.json").read_text())["engine"]
     assert engine["build"]["commit"] == "0c1e57098" and "-m" in engine["args"]
@@ -115,7 +115,7 @@ def test_requests_in_flight_through_slots_are_each_read_back_with_their_own_step
         assert theirs.method.output_ids == mine.method.output_ids
         assert theirs.accepted_per_round == mine.accepted_per_round
     assert served.in_flight > 1
-    assert "sps γ4 · tiny/tiny-ar [llamacpp c2]" in set(load_runs(tmp_path)["cell"])
+    assert "sps γ4 · tiny/tiny-ar [llamacpp f32 c2]" in set(load_runs(tmp_path)["cell"])
     assert not servers()
 
 
