@@ -14,6 +14,7 @@ and owns its table from method configs to vLLM's speculative config (docs/archit
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Collection
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -56,6 +57,10 @@ class Backend(ABC):
     own_arms: ClassVar[bool] = True
     # its forwards are specbench's, so the cost model can time them after the run
     predicts: ClassVar[bool] = True
+    # the methods its table maps to its engine's own settings, and the engine's name in the
+    # refusal of the rest; None: every method (specbench's own engine)
+    methods: ClassVar[Collection[str] | None] = None
+    engine: ClassVar[str] = ""
 
     def check(self, config: Config, method: Method) -> None:
         """Raise `ConfigError` on a cell this backend cannot run (no file read)."""
@@ -68,6 +73,11 @@ class Backend(ABC):
             )
         if config.run.oracle and not self.own_arms:
             raise ConfigError("run.oracle", True, "is specbench's own arm; use backend=specbench")
+        if self.methods is not None and method.name not in self.methods:
+            runs = ", ".join(sorted(self.methods))
+            raise ConfigError(
+                "backend", self.name, f"{self.engine} runs methods {runs}; not {method.name}"
+            )
 
     def prepare(self, config: Config, method: Method) -> None:
         """Raise `ConfigError` on what only files tell (an engine's install, a drafter's

@@ -137,14 +137,11 @@ class LlamaCpp(Backend):
     concurrent = True
     own_arms = False
     predicts = False
+    methods = SPEC_FLAGS
+    engine = "llama.cpp"
 
     def check(self, config: Config, method: Method) -> None:
         super().check(config, method)
-        if method.name not in SPEC_FLAGS:
-            runs = ", ".join(sorted(SPEC_FLAGS))
-            raise ConfigError(
-                "backend", self.name, f"llama.cpp runs methods {runs}; not {method.name}"
-            )
         if not method.warp.greedy:
             raise ConfigError(
                 "run.temperature", config.run.temperature, "backend=llamacpp decodes greedily only"

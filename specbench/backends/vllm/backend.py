@@ -101,12 +101,8 @@ class VLLM(Backend):
     concurrent = True
     own_arms = False
     predicts = False
-
-    def check(self, config: Config, method: Method) -> None:
-        super().check(config, method)
-        if method.name not in SPECULATIVE:
-            runs = ", ".join(sorted(SPECULATIVE))
-            raise ConfigError("backend", self.name, f"vLLM runs methods {runs}; not {method.name}")
+    methods = SPECULATIVE
+    engine = "vLLM"
 
     def prepare(self, config: Config, method: Method) -> None:
         python_of(config.backend)
