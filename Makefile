@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 DEMO_ARGS ?=
 BENCH_ARGS ?= --size base --threads 1
 
-.PHONY: install demo test test-slow vllm test-vllm llamacpp test-llamacpp gpu-wheels lint bench tiny figures clean
+.PHONY: install demo test test-slow vllm test-vllm llamacpp llamacpp-avx2 test-llamacpp gpu-wheels lint bench tiny figures clean
 
 install: $(VENV)/.installed
 
@@ -62,6 +62,13 @@ llamacpp: $(LLAMACPP)
 $(LLAMACPP): tools/llamacpp.sh | install
 	tools/llamacpp.sh
 
+# The same, built for AVX2 at most into .llamacpp-avx2/bin: the AVX2-only machine's regime on
+# any x86 CPU (point a run at it with backend.server=.llamacpp-avx2/bin/llama-server).
+llamacpp-avx2: .llamacpp-avx2/bin/llama-server
+
+.llamacpp-avx2/bin/llama-server: tools/llamacpp.sh | install
+	ISA=avx2 tools/llamacpp.sh
+
 # The tests that run real llama-server processes on the tiny world (pytest -m llamacpp).
 test-llamacpp: install llamacpp
 	$(BIN)/pytest -q -m llamacpp
@@ -95,4 +102,4 @@ figures: install
 	$(BIN)/specbench-report figures
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .llamacpp .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .llamacpp .llamacpp-avx2 .pytest_cache .ruff_cache

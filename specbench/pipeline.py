@@ -30,7 +30,7 @@ from specbench.models.kinds import kind_of
 from specbench.registry import BACKEND_CONFIGS, BACKENDS, METHODS, discover
 from specbench.runs.console import print_summary
 from specbench.runs.env import environment, fingerprint
-from specbench.runs.machine import of_env
+from specbench.runs.machine import capped, of_env
 from specbench.runs.record import Record
 from specbench.runs.store import RunStore, config_hash
 from specbench.runs.summary import Summary
@@ -343,6 +343,8 @@ def measure_arms(plan: Plan, target: Any, arms: Arms, engine: dict) -> Summary:
     )
     env = environment(plan.device, config_hash(plan.identity))
     env["engine"] = engine
+    if isinstance(engine, dict) and engine.get("isa"):  # kernels built for less than the CPU has
+        env["machine"]["isa"] = capped(env["machine"]["isa"], engine["isa"])
     seconds, warmed = warm_up(job, plan.store)
     env["warm_up_s"] = round(seconds, 2)
     plan.store.write_json("env.json", env)

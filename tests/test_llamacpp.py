@@ -302,3 +302,18 @@ def test_env_json_carries_what_the_build_recorded_beside_the_binary(tmp_path: Pa
     assert server.build_info(str(tmp_path / "llama-server")) == {}
     (tmp_path / "build.json").write_text('{"commit": "0c1e57098", "cmake": ["-DGGML_NATIVE=ON"]}')
     assert server.build_info(str(tmp_path / "llama-server"))["commit"] == "0c1e57098"
+
+
+@pytest.mark.parametrize(
+    "cmake, isa",
+    [
+        (["-DGGML_NATIVE=ON"], None),  # the machine's own
+        ([], None),  # a binary built elsewhere
+        (["-DGGML_NATIVE=OFF", "-DGGML_AVX2=ON", "-DGGML_AVX512=OFF"], "avx2"),  # make llamacpp-avx2
+        (["-DGGML_NATIVE=OFF", "-DGGML_AVX512=ON"], "avx512"),
+        (["-DGGML_NATIVE=OFF", "-DGGML_AVX2=OFF"], "other"),
+    ],
+)
+def test_a_builds_flags_name_the_isa_its_kernels_use(cmake: list[str], isa: str | None) -> None:
+    """A run on `make llamacpp-avx2`'s build is classed avx2 whatever CPU ran it."""
+    assert server.build_isa({"cmake": cmake}) == isa

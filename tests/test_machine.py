@@ -13,7 +13,7 @@ import torch
 
 from specbench import paths
 from specbench.runs.env import code_dirty, environment, fingerprint
-from specbench.runs.machine import Machine, matrix_isa, of_env
+from specbench.runs.machine import Machine, capped, matrix_isa, of_env
 
 
 @pytest.mark.parametrize(
@@ -28,6 +28,16 @@ from specbench.runs.machine import Machine, matrix_isa, of_env
 )
 def test_the_matrix_isa_is_the_best_the_flags_name(flags: set[str], isa: str) -> None:
     assert matrix_isa(flags, "AVX512") == isa  # flags, where there are any, decide
+
+
+def test_kernels_capped_below_the_cpu_name_the_cap() -> None:
+    """`ATEN_CPU_CAPABILITY=avx2` on an AMX or AVX512 CPU measures the AVX2 machine's regime."""
+    amx = {"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"}
+    assert matrix_isa(amx, "AVX2") == "avx2"
+    assert matrix_isa(amx, "DEFAULT") == "other"
+    assert matrix_isa({"avx", "avx2"}, "AVX2") == "avx2"
+    assert capped("amx", "avx2") == "avx2" and capped("avx2", "avx512") == "avx2"
+    assert capped("avx512_bf16", None) == "avx512_bf16"
 
 
 def test_without_flags_torch_capability_names_the_isa() -> None:
@@ -50,7 +60,8 @@ def test_env_json_describes_this_machine_and_the_fingerprint_leads_with_its_clas
     env = json.loads(json.dumps(environment(torch.device("cpu"), "0123abcd")))
     machine = of_env(env)
     flags = set(open("/proc/cpuinfo").read().split("flags", 1)[1].split("\n", 1)[0].split())
-    assert machine.isa == matrix_isa(flags, None) and machine.gpu is None
+    capability = torch.backends.cpu.get_cpu_capability()  # conftest caps it at AVX2
+    assert machine.isa == matrix_isa(flags, capability) == "avx2" and machine.gpu is None
     assert machine.threads == torch.get_num_threads() and machine.cpus >= 1
     assert machine.torch_capability == torch.backends.cpu.get_cpu_capability()
     assert fingerprint(env).startswith(f"{machine.label()} | torch ")

@@ -5,31 +5,40 @@
 # and specbench copies it into each run's env.json. Only the sdist is downloaded, once: the
 # build turns off everything in llama.cpp's tree that fetches at build or run time (the server's
 # prebuilt web UI, HTTPS), and run.backend=llamacpp downloads nothing.
+# ISA=avx2 (`make llamacpp-avx2`) builds for AVX2 at most, into .llamacpp-avx2/, whatever this
+# CPU has: how llama.cpp runs on the AVX2-only machines most users have (backend.server points a
+# run at it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VERSION=0.3.36
 SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 COMMIT=0c1e57098  # the llama.cpp commit this sdist vendors (its CHANGELOG.md)
-OUT=.llamacpp
+ISA=${ISA:-native}
+case "$ISA" in
+  native) OUT=.llamacpp; CPU_FLAGS=(-DGGML_NATIVE=ON) ;;
+  avx2) OUT=.llamacpp-avx2; CPU_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF) ;;
+  *) echo "ISA=$ISA: allowed: native, avx2" >&2; exit 2 ;;
+esac
 PY=${PY:-.venv/bin/python}
 JOBS=${JOBS:-$(nproc)}
 
-mkdir -p "$OUT/src"
-SDIST="$OUT/src/llama_cpp_python-$VERSION.tar.gz"
+SRC=.llamacpp/src  # one sdist for every build
+mkdir -p "$SRC" "$OUT"
+SDIST="$SRC/llama_cpp_python-$VERSION.tar.gz"
 if [ ! -f "$SDIST" ]; then
-  echo "llama-cpp-python==$VERSION --hash=sha256:$SHA256" > "$OUT/src/requirements.txt"
+  echo "llama-cpp-python==$VERSION --hash=sha256:$SHA256" > "$SRC/requirements.txt"
   "$PY" -m pip download -q --no-deps --no-binary :all: --require-hashes \
-    -r "$OUT/src/requirements.txt" -d "$OUT/src"
+    -r "$SRC/requirements.txt" -d "$SRC"
 fi
 echo "$SHA256  $SDIST" | sha256sum -c --quiet
-TREE="$OUT/src/llama_cpp_python-$VERSION/vendor/llama.cpp"
-[ -d "$TREE" ] || tar -xzf "$SDIST" -C "$OUT/src"
-grep -q "llama.cpp@$COMMIT" "$OUT/src/llama_cpp_python-$VERSION/CHANGELOG.md"
+TREE="$SRC/llama_cpp_python-$VERSION/vendor/llama.cpp"
+[ -d "$TREE" ] || tar -xzf "$SDIST" -C "$SRC"
+grep -q "llama.cpp@$COMMIT" "$SRC/llama_cpp_python-$VERSION/CHANGELOG.md"
 
-# Release, this CPU's instruction set (GGML_NATIVE), static, no tests/examples/UI/HTTPS
+# Release, the instruction set ISA names, static, no tests/examples/UI/HTTPS
 FLAGS=(
-  -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF
+  -DCMAKE_BUILD_TYPE=Release "${CPU_FLAGS[@]}" -DBUILD_SHARED_LIBS=OFF
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF
   -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF
   -DLLAMA_BUILD_COMMIT="$COMMIT" -DLLAMA_BUILD_NUMBER=0

@@ -27,11 +27,23 @@ UNRECORDED = "unrecorded"
 
 
 def matrix_isa(flags: set[str], capability: str | None) -> str:
-    """The best matrix ISA the CPU's flags name; torch's vector capability where there are no
-    flags (not Linux)."""
+    """The best matrix ISA the run's kernels could use: the best the CPU's flags name, capped
+    where torch's kernels were (`ATEN_CPU_CAPABILITY=avx2`, `specbench.cpu_kernels.pin`:
+    ATen reports AVX512 on every AVX512 CPU, so a lower capability on one is a cap); torch's
+    capability alone where there are no flags (not Linux)."""
     if not flags:
         return CAPABILITY_ISAS.get(capability or "", "other")
-    return next((isa for isa in ISAS[:-1] if ISA_FLAGS[isa] <= flags), "other")
+    isa = next((isa for isa in ISAS[:-1] if ISA_FLAGS[isa] <= flags), "other")
+    return (
+        isa
+        if capability in (None, "AVX512")
+        else capped(isa, CAPABILITY_ISAS.get(capability, "other"))
+    )
+
+
+def capped(isa: str, cap: str | None) -> str:
+    """The worse of a machine's ISA and the best its kernels were built or limited to."""
+    return isa if cap is None else max(isa, cap, key=ISAS.index)
 
 
 @dataclass(frozen=True)

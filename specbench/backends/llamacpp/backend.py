@@ -18,7 +18,13 @@ from typing import Any
 
 from specbench import paths
 from specbench.backends import Backend, longest_sequence
-from specbench.backends.llamacpp.server import Launch, build_info, server_of, start_arms
+from specbench.backends.llamacpp.server import (
+    Launch,
+    build_info,
+    build_isa,
+    server_of,
+    start_arms,
+)
 from specbench.backends.serving import DraftsAt
 from specbench.config import Config, ModelConfig
 from specbench.errors import ConfigError
@@ -187,10 +193,12 @@ class LlamaCpp(Backend):
         )
         drafts_at = DRAFTS_AT[method.name](method) if method.name in DRAFTS_AT else None
         decoder, baseline = start_arms(stack, launch, flags, drafts_at)
+        build = build_info(launch.server)
         engine = {
             "name": self.name,
             "server": launch.server,
-            "build": build_info(launch.server),
+            "build": build,
+            "isa": build_isa(build),
             "args": decoder.server.command()[1:],
             "models": {"target": model.name, "drafter": drafter.name if drafter else None},
         }

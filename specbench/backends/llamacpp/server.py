@@ -60,6 +60,17 @@ def build_info(server: str) -> dict:
     return json.loads(record.read_text()) if record.is_file() else {}
 
 
+def build_isa(build: dict) -> str | None:
+    """The best matrix ISA a build's kernels use (`specbench.runs.machine.ISAS`): None for a
+    native build (the machine's own) or one whose flags were not recorded."""
+    flags = set(build.get("cmake", []))
+    if not flags or "-DGGML_NATIVE=ON" in flags:
+        return None
+    if "-DGGML_AVX512=ON" in flags:
+        return "avx512"
+    return "other" if "-DGGML_AVX2=OFF" in flags else "avx2"  # ggml's default off native
+
+
 class LlamaServer(ServerProcess):
     what = "llama-server"
     error = re.compile(r" E |error")  # llama.cpp's error level, or its argument parser's
