@@ -11,6 +11,10 @@ no f32 cache; backend=llamacpp serves f32 weights with an f32 cache); PyTorch's 
 behind a cached context, rolled back), in float32 and bfloat16.
 
     python benchmarks/llamacpp_verify_cost.py --threads 2 --out results/figures
+    python benchmarks/llamacpp_verify_cost.py --threads 2 --isa avx2 --out results/figures
+
+`--isa avx2` measures the AVX2-only machine's regime on any x86 CPU: llama.cpp from `make
+llamacpp-avx2`, PyTorch, oneDNN and MKL capped at AVX2 (`specbench.cpu_kernels.pin`).
 """
 
 from __future__ import annotations
@@ -18,27 +22,40 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import statistics
 import subprocess
+import sys
 from pathlib import Path
 
-import torch
-from forward_cost import step_ms
+from specbench import cpu_kernels, paths
 
-from specbench.backends.llamacpp.server import BUILD
-from specbench.config import ModelConfig
-from specbench.models import gguf_export, loading
-from specbench.models.kinds.causal import load_causal_lm
-from specbench.runs.env import environment
-from specbench.runs.machine import of_env
+# torch reads its kernel caps once, at import: `--isa avx2` sets them and restarts before that
+argv = sys.argv[1:]
+avx2 = "--isa=avx2" in argv or ["--isa", "avx2"] in [argv[i : i + 2] for i in range(len(argv))]
+if avx2 and os.environ.get("ATEN_CPU_CAPABILITY") != cpu_kernels.PORTABLE["ATEN_CPU_CAPABILITY"]:
+    cpu_kernels.pin()
+    os.execv(sys.executable, [sys.executable, *sys.argv])
+
+import torch  # noqa: E402
+from forward_cost import step_ms  # noqa: E402
+
+from specbench.backends.llamacpp.server import BUILD  # noqa: E402
+from specbench.config import ModelConfig  # noqa: E402
+from specbench.models import gguf_export, loading  # noqa: E402
+from specbench.models.kinds.causal import load_causal_lm  # noqa: E402
+from specbench.runs.env import environment  # noqa: E402
+from specbench.runs.machine import capped, of_env  # noqa: E402
+
+BUILDS = {"native": BUILD, "avx2": paths.REPO_ROOT / ".llamacpp-avx2" / "bin"}
 
 TARGET = ModelConfig(name="tiny-xl", name_or_path="specbench:tiny-xl")
 KS = tuple(range(1, 18))
 
 
-def llama_bench(model: Path, context: int, threads: int, repeats: int) -> dict:
+def llama_bench(bench: Path, model: Path, context: int, threads: int, repeats: int) -> dict:
     """Mean milliseconds of a batch of k tokens behind `context` cached ones, per k."""
-    command = [str(BUILD / "llama-bench"), "-m", str(model), "-p", ",".join(map(str, KS))]
+    command = [str(bench), "-m", str(model), "-p", ",".join(map(str, KS))]
     command += ["-n", "0", "-d", str(context), "-r", str(repeats), "-t", str(threads), "-o", "json"]
     runs = json.loads(subprocess.run(command, check=True, capture_output=True).stdout)
     return {run["n_prompt"]: run["avg_ns"] / 1e6 for run in runs}
@@ -58,23 +75,34 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quants", nargs="+", default=list(gguf_export.QUANTS))
     parser.add_argument("--torch", nargs="*", default=["float32", "bfloat16"])
+    parser.add_argument("--isa", choices=sorted(BUILDS), default="native")
     parser.add_argument("--out", type=Path, help="write llamacpp_verify_cost.csv and .md here")
     args = parser.parse_args()
+    bench = BUILDS[args.isa] / "llama-bench"
+    if not bench.is_file():
+        parser.error(
+            f"no {bench}: run `make llamacpp{'' if args.isa == 'native' else '-' + args.isa}`"
+        )
     torch.set_num_threads(args.threads)
     checkpoint = Path(loading.resolve(TARGET, "target"))
     curves = {}
     for quant in args.quants:
         model = gguf_export.cached(checkpoint, quant)
-        curves[f"llama.cpp {quant}"] = llama_bench(model, args.context, args.threads, args.repeats)
+        curves[f"llama.cpp {quant}"] = llama_bench(
+            bench, model, args.context, args.threads, args.repeats
+        )
     for dtype in args.torch:
         curves[f"torch {dtype}"] = torch_curve(dtype, args.context, args.repeats)
-    machine = of_env(environment(torch.device("cpu"), "")).label()
+    host = of_env(environment(torch.device("cpu"), ""))
+    isa = host.isa if args.isa == "native" else capped(host.isa, args.isa)
+    machine = host.label().replace(f" {host.isa} ", f" {isa} ")
     table = report(curves, machine, args)
     print(table)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "llamacpp_verify_cost.md").write_text(table)
-        with (args.out / "llamacpp_verify_cost.csv").open("w", newline="") as f:
+        stem = "llamacpp_verify_cost" + ("" if args.isa == "native" else f"-{args.isa}")
+        (args.out / f"{stem}.md").write_text(table)
+        with (args.out / f"{stem}.csv").open("w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(["engine", "k", "ms", "verify_over_step"])
             for name, curve in curves.items():
