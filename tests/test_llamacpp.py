@@ -64,6 +64,12 @@ def refusal(tmp_path: Path, *overrides: str) -> str:
             "method.prompt_lookup_min=1",
             "ngram-simple looks up one n-gram length: set it to method.prompt_lookup_max (3)",
         ),
+        (
+            ["method=pld", "method.prompt_lookup_min=3", "method.gamma=2"],
+            "method.gamma=2",
+            "drafts only where it can copy at least n tokens (common/ngram-map.cpp): set "
+            "method.gamma >= method.prompt_lookup_max (3)",
+        ),
         (["run.temperature=0.7"], "run.temperature=0.7", "decodes greedily only"),
         (["backend.quant=q5_k"], "backend.quant='q5_k'", "allowed: f32, bf16, q8_0, q4_0"),
         (["backend.threads=0"], "backend.threads=0", "must be an integer >= 1 or null"),

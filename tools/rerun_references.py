@@ -86,16 +86,22 @@ def overrides_for(stored: dict[str, Any]) -> list[str]:
 
 
 def rerun(run_dir: Path, overrides: list[str], aside: Path) -> bool:
-    """Move the old directory aside, rerun the cell, and put it back if the rerun fails."""
+    """Move the old directory aside, rerun the cell, and put it back if the rerun fails or is
+    interrupted."""
     kept = aside / run_dir.name
     shutil.move(run_dir, kept)
     command = [str(Path(sys.executable).parent / "specbench-run"), *overrides]
-    done = subprocess.run(command).returncode == 0
-    if done:
-        shutil.rmtree(kept)
-    else:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        shutil.move(kept, run_dir)
+    try:
+        done = subprocess.run(command).returncode == 0
+    except KeyboardInterrupt:
+        done = False
+        raise
+    finally:
+        if done:
+            shutil.rmtree(kept)
+        else:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            shutil.move(kept, run_dir)
     return done
 
 

@@ -70,6 +70,14 @@ def ngram_simple(method: Method, drafter: dict | None) -> list[str]:
             "llama.cpp's ngram-simple looks up one n-gram length: set it to "
             f"method.prompt_lookup_max ({cfg.prompt_lookup_max})",
         )
+    if cfg.gamma < cfg.prompt_lookup_max:  # it would decode plainly, a draft never made
+        raise ConfigError(
+            "method.gamma",
+            cfg.gamma,
+            "llama.cpp's ngram-simple drafts only where it can copy at least n tokens "
+            f"(common/ngram-map.cpp): set method.gamma >= method.prompt_lookup_max "
+            f"({cfg.prompt_lookup_max})",
+        )
     return [
         *("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(cfg.prompt_lookup_max)),
         *("--spec-ngram-simple-size-m", str(cfg.gamma), "--spec-ngram-simple-min-hits", "1"),

@@ -23,21 +23,16 @@ over the target's vocabulary, zero off the draft vocabulary), the tree rules for
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import torch
 
 from specbench.decoding import cost
 from specbench.decoding.drafters.eagle3.config import Eagle3Config
-from specbench.decoding.generation import Decoder, Draft
-from specbench.decoding.speculative import (
-    Drafter,
-    DraftVerifyMethod,
-    GammaSchedule,
-    SpeculativeDecoder,
-)
+from specbench.decoding.drafters.sps.method import SpS
+from specbench.decoding.generation import Draft
+from specbench.decoding.speculative import Drafter, GammaSchedule, SpeculativeDecoder
 from specbench.decoding.trees import Candidates, node_depths
-from specbench.decoding.verify import is_lossless, make_rule, make_tree_rule, rule_label
+from specbench.decoding.verify import rule_label
 from specbench.decoding.warp import Warp
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
@@ -207,45 +202,28 @@ class Eagle3Proposer(Drafter):
 
 
 @METHODS.register
-class Eagle3(DraftVerifyMethod):
+class Eagle3(SpS):
     """EAGLE-3: a one-layer drafter over the target's fused low, middle and high layers drafts
-    a dynamic tree (or a chain) that the target verifies in one forward."""
+    a dynamic tree (or a chain) that the target verifies in one forward. SpS's in all but the
+    drafter: the tree against its own chain, the verification rules, losslessness."""
 
     name = "eagle3"
     Config = Eagle3Config
     drafter_kind = "eagle3"
 
-    def build(self, target: CausalLM, drafter: Eagle3Drafter, task: object) -> SpeculativeDecoder:
-        cfg, warp, tree = self.cfg, self.warp, self.cfg.tree is not None
-        proposer = Eagle3Proposer(
+    def proposer(self, target: CausalLM, drafter: Eagle3Drafter) -> Eagle3Proposer:
+        tree = self.cfg.tree is not None
+        return Eagle3Proposer(
             drafter,
             bind(drafter, target),
-            warp,
+            self.warp,
             target.eos_token_ids,
-            top_k=cfg.top_k if tree else None,
-            budget=cfg.budget,
-        )
-        return SpeculativeDecoder(
-            target,
-            proposer,
-            make_rule(cfg.rule, cfg.leniency, warp),
-            warp,
-            GammaSchedule(cfg.gamma, "constant"),
-            tree_rule=make_tree_rule(cfg.rule, warp) if tree else None,
+            top_k=self.cfg.top_k if tree else None,
+            budget=self.cfg.budget,
         )
 
-    def references(self, target: CausalLM, drafter: Eagle3Drafter) -> dict[str, Decoder | None]:
-        """A tree is measured against the chain of its own depth on the same samples."""
-        if self.cfg.tree is None:
-            return {}
-        chain = Eagle3(replace(self.cfg, tree=None), self.warp)
-        return {"chain": chain.build(target, drafter, None)}
-
-    def drafts_trees(self) -> bool:
-        return self.cfg.tree is not None
-
-    def exact(self) -> bool:
-        return is_lossless(self.cfg.rule, self.warp)
+    def schedule(self) -> GammaSchedule:
+        return GammaSchedule(self.cfg.gamma, "constant")
 
     def label(self) -> str:
         cfg = self.cfg

@@ -178,26 +178,31 @@ class SpS(DraftVerifyMethod):
 
     def build(self, target: CausalLM, drafter: CausalLM, task: object) -> SpeculativeDecoder:
         cfg, warp = self.cfg, self.warp
-        if cfg.tree is None:
-            proposer = ARDrafter(drafter, warp, target.eos_token_ids, target.vocab_size)
-        else:
-            proposer = TreeDrafter(
-                drafter, target.eos_token_ids, target.vocab_size, cfg.top_k, cfg.budget
-            )
         return SpeculativeDecoder(
             target,
-            proposer,
+            self.proposer(target, drafter),
             make_rule(cfg.rule, cfg.leniency, warp),
             warp,
-            GammaSchedule(cfg.gamma, cfg.schedule),
+            self.schedule(),
             tree_rule=None if cfg.tree is None else make_tree_rule(cfg.rule, warp),
         )
+
+    def proposer(self, target: CausalLM, drafter: CausalLM) -> Drafter:
+        """The chain's or the tree's drafter (`method.tree`)."""
+        if self.cfg.tree is None:
+            return ARDrafter(drafter, self.warp, target.eos_token_ids, target.vocab_size)
+        cfg = self.cfg
+        return TreeDrafter(drafter, target.eos_token_ids, target.vocab_size, cfg.top_k, cfg.budget)
+
+    def schedule(self) -> GammaSchedule:
+        return GammaSchedule(self.cfg.gamma, self.cfg.schedule)
 
     def references(self, target: CausalLM, drafter: CausalLM) -> dict[str, Decoder | None]:
         """A tree is measured against the chain of its own depth on the same samples."""
         if self.cfg.tree is None:
             return {}
-        return {"chain": SpS(replace(self.cfg, tree=None), self.warp).build(target, drafter, None)}
+        chain = type(self)(replace(self.cfg, tree=None), self.warp)
+        return {"chain": chain.build(target, drafter, None)}
 
     def drafts_trees(self) -> bool:
         return self.cfg.tree is not None
