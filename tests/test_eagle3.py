@@ -3,7 +3,8 @@ dynamic trees are upstream's (goldens from SafeAILab/EAGLE's cnets.py run outsid
 repository on a random fixture in the layout of yuhuili/EAGLE3-LLaMA3.1-Instruct-8B); the
 training-time test reads exactly what drafting reads; greedy decoding is token-identical to the
 target's on the tiny world, with drafts accepted; the kind refuses a checkpoint that cannot read
-its target before any weight loads."""
+its target before any weight loads; `backend=vllm` runs a chain as vLLM's eagle3 and refuses a
+tree (tests/test_vllm.py runs it)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from transformers import LlamaConfig
 
 from conftest import builtin, law_pvalue
 from specbench import paths
+from specbench.backends.vllm.backend import SPECULATIVE
 from specbench.config import ModelConfig
 from specbench.decoding.drafters.eagle3.config import Eagle3Config
 from specbench.decoding.drafters.eagle3.method import Eagle3, Eagle3Proposer
@@ -269,3 +271,32 @@ def test_greedy_eagle3_equals_the_targets_greedy_output(cfg) -> None:
         assert got.tokens == baseline.generate(prompt, 32, torch.Generator()).tokens
         accepted += sum(got.accepted)
     assert accepted > 0
+
+
+def test_a_chain_maps_to_vllms_eagle3() -> None:
+    """`backend=vllm`: vLLM's eagle3 drafts gamma tokens from the drafter's own directory."""
+    method = Eagle3(Eagle3Config(tree=None, gamma=4), Warp())
+    assert SPECULATIVE["eagle3"](method, "/drafter") == {
+        "method": "eagle3",
+        "model": "/drafter",
+        "num_speculative_tokens": 4,
+    }
+
+
+@pytest.mark.parametrize(
+    ("cfg", "why"),
+    [
+        (Eagle3Config(), "method.tree='dynamic': vLLM's eagle3 runs method.tree=null only"),
+        (
+            Eagle3Config(tree=None, rule="typical"),
+            "method.rule='typical': vLLM's eagle3 runs method.rule=greedy only",
+        ),
+    ],
+    ids=["tree", "lenient"],
+)
+def test_vllm_refuses_what_its_eagle3_cannot_run(cfg, why) -> None:
+    """vLLM drafts a chain and verifies exactly: eagle3's default tree (pass method.tree=null)
+    and a lenient rule are refused in one line."""
+    with pytest.raises(ConfigError) as err:
+        SPECULATIVE["eagle3"](Eagle3(cfg, Warp()), "/drafter")
+    assert str(err.value).startswith(why)

@@ -36,19 +36,40 @@ def plain(method: Method, drafter: str | None) -> None:
     return None
 
 
+def runs_only(engine: str, *knobs: tuple[str, Any, Any]) -> None:
+    """Refuse in one line a knob that vLLM's `engine` has one setting of, set otherwise: vLLM
+    has nothing to map it to (the setting shown as the user writes it, None as null)."""
+    for key, value, only in knobs:
+        if value != only:
+            shown = "null" if only is None else only
+            raise ConfigError(key, value, f"vLLM's {engine} runs {key}={shown} only (backend=vllm)")
+
+
+def exact_rule(method: Method) -> tuple[str, str, str]:
+    """The rule knob against the exact rule at the cell's temperature, for `runs_only`."""
+    warp = method.warp
+    return ("method.rule", resolve_rule(method.cfg.rule, warp), resolve_rule("auto", warp))
+
+
 def draft_model(method: Method, drafter: str | None) -> dict:
     """`sps`: vLLM's draft_model, a chain of gamma, exact verification."""
-    cfg, warp = method.cfg, method.warp
-    for key, value, plain_value in (
+    cfg = method.cfg
+    runs_only(
+        "draft_model",
         ("method.tree", cfg.tree, None),
         ("method.schedule", cfg.schedule, "constant"),
-        ("method.rule", resolve_rule(cfg.rule, warp), resolve_rule("auto", warp)),
-    ):
-        if value != plain_value:
-            raise ConfigError(
-                key, value, f"vLLM's draft_model runs {key}={plain_value} only (backend=vllm)"
-            )
+        exact_rule(method),
+    )
     return {"method": "draft_model", "model": drafter, "num_speculative_tokens": cfg.gamma}
+
+
+def eagle3(method: Method, drafter: str | None) -> dict:
+    """`eagle3`: vLLM's eagle3, a chain of gamma (vLLM drafts no tree), exact verification.
+    vLLM loads EAGLE's own layout as committed (`d2t` kept, `t2d` skipped, the target's
+    embeddings shared where the drafter has none) and reads the same target layers: its
+    `eagle_aux_hidden_state_layer_ids`, like specbench's, name a layer's input."""
+    runs_only("eagle3", ("method.tree", method.cfg.tree, None), exact_rule(method))
+    return {"method": "eagle3", "model": drafter, "num_speculative_tokens": method.cfg.gamma}
 
 
 def dflash(method: Method, drafter: str | None) -> dict:
@@ -84,6 +105,7 @@ SPECULATIVE: dict[str, Callable[[Method, str | None], dict | None]] = {
     "ar": plain,
     "sps": draft_model,
     "dflash": dflash,
+    "eagle3": eagle3,
     "pld": ngram,
 }
 # method name -> where its proposer drafts (absent: at every step, a drafter model)
