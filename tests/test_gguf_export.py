@@ -22,6 +22,7 @@ from specbench.models import gguf_export
 
 TINY = paths.TINY_DIR / "tiny"
 DFLASH = paths.TINY_DIR / "tiny-dflash"
+EAGLE3 = paths.TINY_DIR / "tiny-eagle3"
 Q = gguf.GGMLQuantizationType
 
 
@@ -201,6 +202,82 @@ def test_a_dflash_drafter_is_llama_cpps_dflash_architecture(tmp_path: Path) -> N
     assert "blk.0.attn_k_norm.weight" in tensors and "output_norm.weight" in tensors
     assert "token_embd.weight" not in tensors and "output.weight" not in tensors
     assert len(tensors) == len(weights)
+
+
+def test_an_eagle3_drafter_is_llama_cpps_eagle3_architecture(tmp_path: Path) -> None:
+    """tiny-eagle3 as llama.cpp's loader reads it (src/models/eagle3.cpp): the target layers
+    it reads as EAGLE names them (a layer's input, as llama.cpp counts them too) and their
+    width, its layer as a Llama block (q and k in llama.cpp's rotary layout, hidden_norm as
+    attn_norm_2), fc, the draft head, d2t as absolute int64 target ids, the target's
+    vocabulary, and no embeddings (llama.cpp reads the target's) nor t2d."""
+    out = tmp_path / "eagle3.gguf"
+    gguf_export.export_eagle3(EAGLE3, TINY, "f32", out)
+    fields, tensors = read(out)
+    weights = source(EAGLE3)
+    assert fields["general.architecture"] == "eagle3"
+    assert fields["eagle3.target_layers"] == [1, 3, 5]
+    assert fields["eagle3.target_hidden_size"] == 320 and fields["eagle3.block_count"] == 1
+    assert fields["eagle3.norm_before_residual"] is False
+    assert len(fields["tokenizer.ggml.tokens"]) == fields["eagle3.vocab_size"] == 4096
+    assert fields["tokenizer.ggml.tokens"][3] == "!"
+    for name, theirs in [
+        ("fc.weight", "fc.weight"),
+        ("blk.0.attn_norm_2.weight", "midlayer.hidden_norm.weight"),
+        ("blk.0.attn_v.weight", "midlayer.self_attn.v_proj.weight"),
+        ("output_norm.weight", "norm.weight"),
+        ("output.weight", "lm_head.weight"),
+    ]:
+        np.testing.assert_array_equal(values(tensors[name]), weights[theirs])
+    np.testing.assert_array_equal(
+        unpermute(values(tensors["blk.0.attn_q.weight"]), 5),
+        weights["midlayer.self_attn.q_proj.weight"],
+    )
+    assert tensors["d2t"].tensor_type == Q.I64
+    np.testing.assert_array_equal(tensors["d2t"].data, weights["d2t"] + np.arange(2048))
+    assert "token_embd.weight" not in tensors and "t2d" not in tensors
+    assert len(tensors) == len(weights) - 1
+
+
+@pytest.mark.parametrize(
+    ("config", "eagle3"),
+    [
+        (
+            {
+                "architectures": ["LlamaForCausalLMEagle3"],
+                "draft_vocab_size": 8,
+                "num_hidden_layers": 1,
+            },
+            True,
+        ),
+        (
+            {"architectures": ["LlamaForCausalLM"], "draft_vocab_size": 8, "num_hidden_layers": 1},
+            True,
+        ),
+        (
+            {
+                "architectures": ["Eagle3Speculator"],
+                "draft_vocab_size": 8,
+                "transformer_layer_config": {"num_hidden_layers": 1},
+            },
+            True,
+        ),
+        (
+            {"architectures": ["Eagle3Speculator"], "draft_vocab_size": 8, "num_hidden_layers": 2},
+            False,
+        ),
+    ],
+)
+def test_an_eagle3_drafter_is_told_as_llama_cpps_converter_tells_one(
+    config: dict, eagle3: bool
+) -> None:
+    """A draft vocabulary and one layer, whatever architecture it names (some EAGLE-3 releases
+    say LlamaForCausalLM), in EAGLE's layout or speculators' nested one; refused otherwise."""
+    assert gguf_export.is_eagle3(config) is eagle3
+    if eagle3:
+        gguf_export.check_exportable(config, "drafter.name_or_path", "x")
+    else:
+        with pytest.raises(ConfigError, match="GGUF export takes .*, EAGLE-3 drafters"):
+            gguf_export.check_exportable(config, "drafter.name_or_path", "x")
 
 
 def test_the_cache_writes_once_per_source_and_exporter(tmp_path: Path, monkeypatch) -> None:

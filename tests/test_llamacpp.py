@@ -47,7 +47,12 @@ def refusal(tmp_path: Path, *overrides: str) -> str:
         (
             ["method=specdiff", "drafter=tiny-dlm"],
             "backend='llamacpp'",
-            "llama.cpp runs methods ar, dflash, pld, sps; not specdiff",
+            "llama.cpp runs methods ar, dflash, eagle3, pld, sps; not specdiff",
+        ),
+        (
+            ["method=eagle3", "drafter=tiny-eagle3"],  # eagle3's default: its dynamic tree
+            "method.tree='dynamic'",
+            "llama.cpp's draft-eagle3 runs method.tree=None only",
         ),
         (
             ["method=sps", "method.tree=dynamic"],
@@ -135,6 +140,12 @@ def method_of(*overrides: str):
             ["method=dflash", "drafter=tiny-dflash", "method.block_size=8"],
             {"block_size": 16},
             "--spec-type draft-dflash --spec-draft-n-max 7".split(),
+        ),
+        (
+            ["method=eagle3", "drafter=tiny-eagle3", "method.tree=null", "method.gamma=4"],
+            None,
+            "--spec-type draft-eagle3 --spec-draft-n-max 4 --spec-draft-n-min 0 "
+            "--spec-draft-p-min 0".split(),
         ),
     ],
 )
@@ -315,7 +326,8 @@ def test_env_json_carries_what_the_build_recorded_beside_the_binary(tmp_path: Pa
     [
         (["-DGGML_NATIVE=ON"], None),  # the machine's own
         ([], None),  # a binary built elsewhere
-        (["-DGGML_NATIVE=OFF", "-DGGML_AVX2=ON", "-DGGML_AVX512=OFF"], "avx2"),  # make llamacpp-avx2
+        # make llamacpp-avx2
+        (["-DGGML_NATIVE=OFF", "-DGGML_AVX2=ON", "-DGGML_AVX512=OFF"], "avx2"),
         (["-DGGML_NATIVE=OFF", "-DGGML_AVX512=ON"], "avx512"),
         (["-DGGML_NATIVE=OFF", "-DGGML_AVX2=OFF"], "other"),
     ],

@@ -18,6 +18,15 @@ norm, the target layers it reads (as llama.cpp counts them: a layer's input, so 
 and its block size and mask token; the embeddings and head stay the target's, which llama.cpp
 shares from the target's context.
 
+An EAGLE-3 drafter (EAGLE's own layout or vLLM's speculators format, `specbench/models/eagle3.py`)
+is written as llama.cpp's `eagle3` architecture (`export_eagle3`), the layout llama.cpp's
+converter writes for one (`conversion/llama.py`, `LlamaModel` on a checkpoint with a draft
+vocabulary and one layer): its layer as a Llama block (q and k permuted, `hidden_norm` as
+`attn_norm_2`), `fc`, the final norm and draft-vocabulary head, `d2t` as the absolute target id
+of each draft id (int64), the target layers it reads (EAGLE's ids already name a layer's input,
+as llama.cpp counts them), the target's hidden size and the target's vocabulary; the embeddings
+stay the target's, which llama.cpp reads from the target's context.
+
 Files are written once and cached under `$SPECBENCH_CACHE/gguf/`, keyed by a hash of the
 checkpoint's files (and the target's, for a drafter) and of this module's source, so an export
 by older code, or of an older checkpoint, is never reused (`cached`).
@@ -41,6 +50,13 @@ from safetensors import safe_open
 
 from specbench import paths
 from specbench.errors import ConfigError
+from specbench.models.eagle3 import (
+    EAGLE_LAYER,
+    aux_layer_ids,
+    drafter_state,
+    eagle3_config,
+    read_state,
+)
 
 Q = gguf.GGMLQuantizationType
 # name -> (the type of every matrix, the file type llama.cpp reads from general.file_type)
@@ -69,21 +85,42 @@ ARCHS = {
     "Qwen3ForCausalLM": Arch(gguf.MODEL_ARCH.QWEN3, permute_qk=False),
 }
 DFLASH = "DFlashDraftModel"
+# an EAGLE-3 drafter's tensors outside a Llama block's names (conversion/llama.py)
+EAGLE3_OWN = {
+    "fc.weight": "fc.weight",
+    "input_norm.weight": "enc.output_norm.weight",  # norm_before_fc's
+    "model.layers.0.hidden_norm.weight": "blk.0.attn_norm_2.weight",
+}
+TAKES = ", ".join([*ARCHS, DFLASH, "EAGLE-3 drafters"])
+
+
+def flat(config: dict) -> dict:
+    """A config.json with speculators' nested Llama settings lifted to the top, as llama.cpp's
+    converter reads one."""
+    return {**config, **config.get("transformer_layer_config", {})}
+
+
+def is_eagle3(config: dict) -> bool:
+    """An EAGLE-3 drafter, told as llama.cpp's converter tells one: a draft vocabulary and one
+    layer (some releases name no architecture of their own, only LlamaForCausalLM)."""
+    settings = flat(config)
+    return "draft_vocab_size" in settings and settings.get("num_hidden_layers") == 1
 
 
 def check_exportable(config: dict, key: str, ref: str) -> None:
     """Refuse, from config.json alone, a checkpoint this module cannot write."""
     arch = (config.get("architectures") or ["?"])[0]
-    if arch not in (*ARCHS, DFLASH):
-        raise ConfigError(key, ref, f"is a {arch}; GGUF export takes {', '.join([*ARCHS, DFLASH])}")
+    if arch not in (*ARCHS, DFLASH) and not is_eagle3(config):
+        raise ConfigError(key, ref, f"is a {arch}; GGUF export takes {TAKES}")
+    config = flat(config)
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
     if rope.get("rope_type", "default") != "default":
         raise ConfigError(key, ref, f"rope_type={rope['rope_type']}: GGUF export takes default")
 
 
 def cached(checkpoint: Path, quant: str, target: Path | None = None) -> Path:
-    """The checkpoint's GGUF file in `quant`, written on first use (a DFlash drafter's needs
-    its `target`); parallel runs never see a half-written file."""
+    """The checkpoint's GGUF file in `quant`, written on first use (a DFlash or EAGLE-3
+    drafter's needs its `target`); parallel runs never see a half-written file."""
     sources = [checkpoint] if target is None else [checkpoint, target]
     out = paths.cache_dir() / "gguf" / f"{checkpoint.name}-{quant}-{source_hash(sources)}.gguf"
     if out.exists():
@@ -94,6 +131,8 @@ def cached(checkpoint: Path, quant: str, target: Path | None = None) -> Path:
     try:
         if target is None:
             export(checkpoint, quant, Path(tmp))
+        elif is_eagle3(_config(checkpoint)):
+            export_eagle3(checkpoint, target, quant, Path(tmp))
         else:
             export_dflash(checkpoint, target, quant, Path(tmp))
         os.replace(tmp, out)
@@ -108,7 +147,7 @@ def source_hash(checkpoints: list[Path]) -> str:
     digest.update(metadata.version("gguf").encode())  # its quantizers write the blocks
     for checkpoint in checkpoints:
         for file in sorted(checkpoint.iterdir()):
-            if file.is_file() and file.suffix in (".json", ".safetensors"):
+            if file.is_file() and file.suffix in (".json", ".safetensors", ".bin"):
                 digest.update(file.name.encode())
                 with file.open("rb") as f:
                     while chunk := f.read(1 << 24):
@@ -124,12 +163,9 @@ def export(checkpoint: Path, quant: str, out: Path) -> None:
     _hparams(writer, config, checkpoint.name, quant)
     _vocab(writer, checkpoint, config)
     names = gguf.get_tensor_name_map(arch.gguf, config["num_hidden_layers"])
-    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
     for name, tensor in _tensors(checkpoint):
-        if arch.permute_qk and name.endswith(("q_proj.weight", "q_proj.bias")):
-            tensor = _permute(tensor, heads)
-        elif arch.permute_qk and name.endswith(("k_proj.weight", "k_proj.bias")):
-            tensor = _permute(tensor, kv_heads)
+        if arch.permute_qk:
+            tensor = _rotary_layout(name, tensor, config)
         _add(writer, _gguf_name(names, name), tensor, quant)
     _write(writer)
 
@@ -151,6 +187,42 @@ def export_dflash(drafter: Path, target: Path, quant: str, out: Path) -> None:
         gguf_name = own.get(name) or _gguf_name(names, f"model.{name}")
         _add(writer, gguf_name, tensor, quant)
     _write(writer)
+
+
+def export_eagle3(drafter: Path, target: Path, quant: str, out: Path) -> None:
+    """Write an EAGLE-3 drafter as llama.cpp's `eagle3` architecture, with the target's
+    vocabulary (its embeddings stay the target's). Its settings are read as specbench's
+    drafter reads them (`eagle3_config`: either layout, Llama's defaults filled in)."""
+    raw, target_config = _config(drafter), _config(target)
+    config = eagle3_config(raw)
+    settings = config.to_dict()
+    writer = gguf.GGUFWriter(str(out), "eagle3")
+    _hparams(writer, settings, drafter.name, quant)
+    _vocab(writer, target, target_config)
+    reads = aux_layer_ids(config, target_config["num_hidden_layers"])
+    writer.add_array("eagle3.target_layers", reads)
+    writer.add_uint32("eagle3.target_hidden_size", config.target_hidden_size)
+    writer.add_bool("eagle3.norm_before_residual", config.norm_before_residual)
+    writer.add_bool("eagle3.norm_before_fc", bool(flat(raw).get("norm_before_fc", False)))
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 1)
+    for name, tensor in drafter_state(read_state(drafter), mapped=True).items():
+        if name == "d2t":
+            ids = _target_ids(tensor, target_config["vocab_size"])
+            writer.add_tensor(name, ids, raw_dtype=Q.I64)
+        elif name != "t2d":  # llama.cpp maps drafts by d2t alone
+            name = name.replace(EAGLE_LAYER, "model.layers.0.", 1)
+            tensor = _rotary_layout(name, tensor.to(torch.float32).numpy(), settings)
+            _add(writer, EAGLE3_OWN.get(name) or _gguf_name(names, name), tensor, quant)
+    _write(writer)
+
+
+def _target_ids(d2t: torch.Tensor, vocab: int) -> np.ndarray:
+    """EAGLE's offsets (draft id d is target id d + d2t[d]) as the absolute target ids
+    llama.cpp's graph scatters the draft logits to, checked as its converter checks them."""
+    ids = d2t.to(torch.int64).numpy().reshape(-1) + np.arange(d2t.numel(), dtype=np.int64)
+    if ids.min() < 0 or ids.max() >= vocab or np.unique(ids).size != ids.size:
+        raise ValueError(f"EAGLE-3 d2t maps outside a vocabulary of {vocab} or twice to one id")
+    return ids
 
 
 def _config(checkpoint: Path) -> dict:
@@ -228,6 +300,16 @@ def _gguf_name(names: gguf.TensorNameMap, name: str) -> str:
     if found is None:
         raise ValueError(f"no GGUF name for tensor {name}")
     return found
+
+
+def _rotary_layout(name: str, tensor: np.ndarray, config: dict) -> np.ndarray:
+    """A Llama q or k projection's rows in llama.cpp's rotary layout, any other tensor as is."""
+    heads = config["num_attention_heads"]
+    if name.endswith(("q_proj.weight", "q_proj.bias")):
+        return _permute(tensor, heads)
+    if name.endswith(("k_proj.weight", "k_proj.bias")):
+        return _permute(tensor, config.get("num_key_value_heads", heads))
+    return tensor
 
 
 def _permute(weights: np.ndarray, heads: int) -> np.ndarray:

@@ -40,23 +40,44 @@ def plain(method: Method, drafter: dict | None) -> list[str]:
     return []
 
 
+def runs_only(spec_type: str, *knobs: tuple[str, Any, Any]) -> None:
+    """Refuse in one line a knob (key, value, the one value llama.cpp's `spec_type` runs) that
+    llama.cpp has no flag for."""
+    for key, value, only in knobs:
+        if value != only:
+            raise ConfigError(key, value, f"llama.cpp's {spec_type} runs {key}={only} only")
+
+
+def chain(spec_type: str, gamma: int) -> list[str]:
+    """A chain of gamma drafts every step, verified greedily. p-min 0 keeps llama.cpp from
+    cutting a draft short where the drafter is unsure; n-min 0 lets the last steps draft what
+    the length limit leaves (min(gamma, remaining - 1)), as specbench's loop does, where
+    n-min gamma would clear those drafts."""
+    return [
+        *("--spec-type", spec_type, "--spec-draft-n-max", str(gamma)),
+        *("--spec-draft-n-min", "0", "--spec-draft-p-min", "0"),
+    ]
+
+
 def draft_simple(method: Method, drafter: dict | None) -> list[str]:
-    """`sps`: a draft model proposing a chain of gamma tokens every step, verified greedily.
-    p-min 0 keeps llama.cpp from cutting a draft short where the drafter is unsure; n-min 0
-    lets the last steps draft what the length limit leaves (min(gamma, remaining - 1)), as
-    specbench's loop does, where n-min gamma would clear those drafts."""
+    """`sps`: a draft model proposing a chain of gamma tokens every step."""
     cfg = method.cfg
-    for key, value, plain_value in (
+    runs_only(
+        "draft-simple",
         ("method.tree", cfg.tree, None),
         ("method.schedule", cfg.schedule, "constant"),
         ("method.rule", cfg.rule, "auto"),
-    ):
-        if value != plain_value:
-            raise ConfigError(key, value, f"llama.cpp's draft-simple runs {key}={plain_value} only")
-    return [
-        *("--spec-type", "draft-simple", "--spec-draft-n-max", str(cfg.gamma)),
-        *("--spec-draft-n-min", "0", "--spec-draft-p-min", "0"),
-    ]
+    )
+    return chain("draft-simple", cfg.gamma)
+
+
+def draft_eagle3(method: Method, drafter: dict | None) -> list[str]:
+    """`eagle3`: llama.cpp's draft-eagle3, the drafter fed the target's three layers' states
+    (its GGUF names them) drafting a chain of gamma tokens every step; llama.cpp drafts no
+    tree, so a tree's knobs (top_k, budget) have nothing to set."""
+    cfg = method.cfg
+    runs_only("draft-eagle3", ("method.tree", cfg.tree, None), ("method.rule", cfg.rule, "auto"))
+    return chain("draft-eagle3", cfg.gamma)
 
 
 def ngram_simple(method: Method, drafter: dict | None) -> list[str]:
@@ -99,7 +120,10 @@ SPEC_FLAGS: dict[str, Callable[[Method, dict | None], list[str]]] = {
     "sps": draft_simple,
     "pld": ngram_simple,
     "dflash": draft_dflash,
+    "eagle3": draft_eagle3,
 }
+# the drafter kinds whose GGUF holds the target's vocabulary (they read the target's states)
+READS_TARGET = ("dflash", "eagle3")
 
 
 def ngram_simple_drafts(context: list[int], n: int, m: int) -> bool:
@@ -181,11 +205,10 @@ class LlamaCpp(Backend):
         drafter_config = None
         if method.drafter_kind:
             drafter_config = loading.checkpoint_config(config.drafter, "drafter")
-            reads_target = method.drafter_kind == "dflash"  # its GGUF holds the target's vocab
             drafter = gguf_export.cached(
                 local_checkpoint(config.drafter, "drafter"),
                 quant,
-                target=checkpoint if reads_target else None,
+                target=checkpoint if method.drafter_kind in READS_TARGET else None,
             )
         flags = SPEC_FLAGS[method.name](method, drafter_config)
         launch = Launch(
