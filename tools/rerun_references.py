@@ -86,21 +86,22 @@ def overrides_for(stored: dict[str, Any]) -> list[str]:
 
 
 def rerun(run_dir: Path, overrides: list[str], aside: Path) -> bool:
-    """Move the old directory aside, rerun the cell, and put it back if the rerun fails or is
-    interrupted."""
+    """Move the old directory aside, rerun the cell, and on a failure or Ctrl-C remove what the
+    rerun wrote (its run id differs from the old one where the record schema or a knob's
+    default changed since) and put the old directory back."""
     kept = aside / run_dir.name
     shutil.move(run_dir, kept)
+    before = set(run_dir.parent.iterdir())
     command = [str(Path(sys.executable).parent / "specbench-run"), *overrides]
+    done = False
     try:
         done = subprocess.run(command).returncode == 0
-    except KeyboardInterrupt:
-        done = False
-        raise
     finally:
         if done:
             shutil.rmtree(kept)
         else:
-            shutil.rmtree(run_dir, ignore_errors=True)
+            for written in set(run_dir.parent.iterdir()) - before:
+                shutil.rmtree(written, ignore_errors=True)
             shutil.move(kept, run_dir)
     return done
 
