@@ -343,7 +343,7 @@ def measure_arms(plan: Plan, target: Any, arms: Arms, engine: dict) -> Summary:
     )
     env = environment(plan.device, config_hash(plan.identity))
     env["engine"] = engine
-    if isinstance(engine, dict) and engine.get("isa"):  # kernels built for less than the CPU has
+    if engine.get("isa"):  # kernels built for less than the CPU has
         env["machine"]["isa"] = capped(env["machine"]["isa"], engine["isa"])
     seconds, warmed = warm_up(job, plan.store)
     env["warm_up_s"] = round(seconds, 2)

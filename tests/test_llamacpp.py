@@ -52,12 +52,12 @@ def refusal(tmp_path: Path, *overrides: str) -> str:
         (
             ["method=eagle3", "drafter=tiny-eagle3"],  # eagle3's default: its dynamic tree
             "method.tree='dynamic'",
-            "llama.cpp's draft-eagle3 runs method.tree=None only",
+            "llama.cpp's draft-eagle3 runs method.tree=null only",
         ),
         (
             ["method=sps", "method.tree=dynamic"],
             "method.tree='dynamic'",
-            "llama.cpp's draft-simple runs method.tree=None only",
+            "llama.cpp's draft-simple runs method.tree=null only",
         ),
         (
             ["method=sps", "method.schedule=heuristic"],

@@ -47,6 +47,15 @@ class BackendConfig:
         return None
 
 
+def runs_only(setting: str, *knobs: tuple[str, Any, Any]) -> None:
+    """Refuse in one line a knob (key, value, the one value the engine's `setting` runs) that
+    the engine has no equivalent of, the value shown as a user writes it (None as null)."""
+    for key, value, only in knobs:
+        if value != only:
+            shown = "null" if only is None else only
+            raise ConfigError(key, value, f"{setting} runs {key}={shown} only")
+
+
 class Backend(ABC):
     """What the pipeline asks of the engine a cell runs on; the defaults are specbench's own."""
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench import paths
-from specbench.backends import Backend, longest_sequence
+from specbench.backends import Backend, longest_sequence, runs_only
 from specbench.backends.llamacpp.server import (
     Launch,
     build_info,
@@ -40,14 +40,6 @@ def plain(method: Method, drafter: dict | None) -> list[str]:
     return []
 
 
-def runs_only(spec_type: str, *knobs: tuple[str, Any, Any]) -> None:
-    """Refuse in one line a knob (key, value, the one value llama.cpp's `spec_type` runs) that
-    llama.cpp has no flag for."""
-    for key, value, only in knobs:
-        if value != only:
-            raise ConfigError(key, value, f"llama.cpp's {spec_type} runs {key}={only} only")
-
-
 def chain(spec_type: str, gamma: int) -> list[str]:
     """A chain of gamma drafts every step, verified greedily. p-min 0 keeps llama.cpp from
     cutting a draft short where the drafter is unsure; n-min 0 lets the last steps draft what
@@ -63,7 +55,7 @@ def draft_simple(method: Method, drafter: dict | None) -> list[str]:
     """`sps`: a draft model proposing a chain of gamma tokens every step."""
     cfg = method.cfg
     runs_only(
-        "draft-simple",
+        "llama.cpp's draft-simple",
         ("method.tree", cfg.tree, None),
         ("method.schedule", cfg.schedule, "constant"),
         ("method.rule", cfg.rule, "auto"),
@@ -76,7 +68,11 @@ def draft_eagle3(method: Method, drafter: dict | None) -> list[str]:
     (its GGUF names them) drafting a chain of gamma tokens every step; llama.cpp drafts no
     tree, so a tree's knobs (top_k, budget) have nothing to set."""
     cfg = method.cfg
-    runs_only("draft-eagle3", ("method.tree", cfg.tree, None), ("method.rule", cfg.rule, "auto"))
+    runs_only(
+        "llama.cpp's draft-eagle3",
+        ("method.tree", cfg.tree, None),
+        ("method.rule", cfg.rule, "auto"),
+    )
     return chain("draft-eagle3", cfg.gamma)
 
 

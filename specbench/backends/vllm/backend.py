@@ -17,7 +17,7 @@ from typing import Any
 from transformers import PretrainedConfig
 
 from specbench import paths
-from specbench.backends import Backend, longest_sequence
+from specbench.backends import Backend, longest_sequence, runs_only
 from specbench.backends.serving import DraftsAt
 from specbench.backends.vllm.server import Launch, preload, python_of, start_arms
 from specbench.config import Config
@@ -36,15 +36,6 @@ def plain(method: Method, drafter: str | None) -> None:
     return None
 
 
-def runs_only(engine: str, *knobs: tuple[str, Any, Any]) -> None:
-    """Refuse in one line a knob that vLLM's `engine` has one setting of, set otherwise: vLLM
-    has nothing to map it to (the setting shown as the user writes it, None as null)."""
-    for key, value, only in knobs:
-        if value != only:
-            shown = "null" if only is None else only
-            raise ConfigError(key, value, f"vLLM's {engine} runs {key}={shown} only (backend=vllm)")
-
-
 def exact_rule(method: Method) -> tuple[str, str, str]:
     """The rule knob against the exact rule at the cell's temperature, for `runs_only`."""
     warp = method.warp
@@ -55,7 +46,7 @@ def draft_model(method: Method, drafter: str | None) -> dict:
     """`sps`: vLLM's draft_model, a chain of gamma, exact verification."""
     cfg = method.cfg
     runs_only(
-        "draft_model",
+        "vLLM's draft_model",
         ("method.tree", cfg.tree, None),
         ("method.schedule", cfg.schedule, "constant"),
         exact_rule(method),
@@ -68,7 +59,7 @@ def eagle3(method: Method, drafter: str | None) -> dict:
     vLLM loads EAGLE's own layout as committed (`d2t` kept, `t2d` skipped, the target's
     embeddings shared where the drafter has none) and reads the same target layers: its
     `eagle_aux_hidden_state_layer_ids`, like specbench's, name a layer's input."""
-    runs_only("eagle3", ("method.tree", method.cfg.tree, None), exact_rule(method))
+    runs_only("vLLM's eagle3", ("method.tree", method.cfg.tree, None), exact_rule(method))
     return {"method": "eagle3", "model": drafter, "num_speculative_tokens": method.cfg.gamma}
 
 
