@@ -259,6 +259,19 @@ def test_the_cost_model_predicts_from_acceptance_and_forward_costs() -> None:
     assert verdict(predicted, predicted * 0.85)["prediction_flag"] is True
 
 
+def test_the_drafter_is_timed_on_contexts_a_decoding_could_reach() -> None:
+    """A compiled engine's static cache holds the prompt and max_new_tokens: a timed draft of
+    n tokens past the mean generation's end would overflow it (warm-up: tau 1, gamma 4)."""
+    from specbench.decoding.cost import draft_contexts
+
+    prompt, room = list(range(10)), 64
+    for grow, n in [(1, 4), (3, 4), (2, 16), (5, 1)]:
+        contexts = draft_contexts(prompt, room, grow, n)
+        assert max(len(c) for c in contexts) + n <= len(prompt) + room
+        assert len({len(c) for c in contexts}) > 1  # the context grows round by round
+        assert all(c[: len(prompt)] == prompt for c in contexts)
+
+
 def test_a_predicted_slowdown_says_what_the_forwards_cost_in_target_steps() -> None:
     from specbench.decoding.cost import why_slow
 

@@ -122,9 +122,8 @@ def speculative(
     # drafter that caches its prefix encodes them inside its first call; past the mean
     # generation's end, where decoding stops, the context starts again from the middle
     generator = torch.Generator(device=target.device)
-    grow = max(1, round(summary.tau))
-    room = max(1, (summary.new_tokens // summary.n_samples - half) // grow)
-    contexts = iter([prompt_ids + [prompt_ids[-1]] * (grow * (i % room)) for i in range(64)])
+    room = summary.new_tokens // summary.n_samples - half
+    contexts = iter(draft_contexts(prompt_ids, room, max(1, round(summary.tau)), n))
 
     def draft(context: list[int]) -> int:
         before_draft(context)
@@ -140,6 +139,14 @@ def speculative(
     calls = summary.nfe_drafter * summary.n_samples / rounds
     predicted = predict_speculative(summary.accept_by_position[:n], calls, forward_ms, verified)
     return {"forward_ms": forward_ms, **verdict(predicted, summary.base.speedup)}
+
+
+def draft_contexts(context: list[int], room: int, grow: int, n: int) -> list[list[int]]:
+    """64 contexts for timing a drafter: `context` extended by `grow` tokens per round, starting
+    again where a draft of `n` more would pass `room` positions beyond it, as decoding never
+    does (a compiled engine's static cache has no place for them)."""
+    rounds = max(1, (room - n) // grow + 1)
+    return [context + [context[-1]] * (grow * (i % rounds)) for i in range(64)]
 
 
 def predict_speculative(
