@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 from conftest import REORDERED
 from specbench import paths
 from specbench.config import ModelConfig
+from specbench.models.eagle3 import load_eagle3
 from specbench.models.loading import resolve
 from specbench.models.tiny.dlm import TinyDLM
 from specbench.models.tiny.grow import (
@@ -24,6 +25,7 @@ from specbench.models.tiny.grow import (
     Residual,
     grow_dflash,
     grow_dlm,
+    grow_eagle3,
     grow_llama,
     grown_layer,
 )
@@ -124,6 +126,28 @@ def test_a_grown_dflash_drafter_on_a_grown_target_drafts_as_on_the_source(tiny, 
             noise = target.model.embed_tokens(block)
             state = model(position_ids=positions, noise_embedding=noise, target_hidden=features)
             logits.append(model.compute_logits(state, target.lm_head))
+    torch.testing.assert_close(logits[1], logits[0], **REORDERED)
+
+
+def test_a_grown_eagle3_drafter_on_a_grown_target_drafts_as_on_the_source(tiny, grown) -> None:
+    """tiny-eagle3 reads the inputs of tiny's layers 1, 3, 5; grown, those of layers 2, 6, 10
+    of the grown target (depth 2), on its stream, through its embeddings: the same logits."""
+    drafter = load_eagle3(paths.TINY_DIR / "tiny-eagle3").float()
+    layers = list(drafter.config.aux_layer_ids)
+    big = grow_eagle3(drafter, SMALL, layers)
+    assert big.config.aux_layer_ids == [2 * i for i in layers]
+    assert big.config.num_attention_heads == drafter.config.num_attention_heads  # still small
+    ids = torch.tensor(prompts(2)[1])[None]
+    n = ids.shape[1] - 1
+    positions, visible = torch.arange(n)[None], torch.ones(n, n, dtype=torch.bool).tril()[None]
+    with torch.no_grad():
+        logits = []
+        for model, target in ((drafter, tiny), (big, grown)):
+            model.embedding = target.model.embed_tokens.weight
+            states = target(ids, output_hidden_states=True).hidden_states
+            hidden = model.fuse(torch.cat([states[i] for i in model.config.aux_layer_ids], -1))
+            out, _ = model(ids[:, 1:], hidden[:, :-1], positions, visible)
+            logits.append(model.logits(out))
     torch.testing.assert_close(logits[1], logits[0], **REORDERED)
 
 

@@ -48,6 +48,7 @@ source, and records in `growth.json` how many came out identical (`check`).
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import shutil
@@ -61,6 +62,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PretrainedConfig, PreTrainedModel
 
 from specbench import paths
+from specbench.models.eagle3 import Eagle3Drafter, aux_layer_ids, load_eagle3, save_eagle3
 from specbench.models.tiny.dlm import TinyDLM, TinyDLMConfig
 from specbench.registry import register_builtin_model
 
@@ -110,10 +112,11 @@ REHEARSAL = {
 }
 GROWN = {**XL, **GPU, **REHEARSAL}
 # A drafter that reads a grown target's hidden states grows with the target's residual map.
+WORLDS = {"xl": "tiny-xl", "8b": "tiny-8b", "8b-rehearsal": "tiny-8b-rehearsal"}
 GROWN_DRAFTERS = {
-    "tiny-dflash-xl": ("tiny-dflash", "tiny-xl"),
-    "tiny-dflash-8b": ("tiny-dflash", "tiny-8b"),
-    "tiny-dflash-8b-rehearsal": ("tiny-dflash", "tiny-8b-rehearsal"),
+    f"{drafter}-{world}": (drafter, target)
+    for drafter in ("tiny-dflash", "tiny-eagle3")
+    for world, target in WORLDS.items()
 }
 
 
@@ -444,6 +447,50 @@ def grow_dflash(drafter: PreTrainedModel, growth: Growth) -> PreTrainedModel:
     return _fill(_empty(DFlashDraftModel, config, drafter), [grown_state])
 
 
+# EAGLE-3 drafters (models/eagle3.py): only the residual stream grows, as DFlash's
+
+
+def _read_halves(res: Residual, weight: Tensor, halves: int) -> Tensor:
+    """A linear reading `halves` grown streams side by side: [out, halves d] -> [out, halves D]."""
+    return torch.cat([res.read(w) for w in weight.chunk(halves, 1)], 1)
+
+
+@torch.no_grad()
+def grow_eagle3(drafter: Eagle3Drafter, growth: Growth, layers: list[int]) -> Eagle3Drafter:
+    """An EAGLE-3 drafter for the target grown by `growth`: its stream on the target's grown
+    stream (it embeds with the target's grown embeddings), `fc` reading the grown target's
+    inputs of source layers `layers` (layer i's input is grown layer i x depth's), the layer's
+    two input halves (embedding, state) each read from the grown stream, its own final norm and
+    head reading it back; its heads, MLP and draft vocabulary unchanged."""
+    c = drafter.config
+    if drafter.embed_tokens is not None or c.target_hidden_size != c.hidden_size:
+        raise ValueError("growth puts the drafter on its target's stream: it must share its width")
+    if drafter.fc.bias is not None:
+        raise ValueError("growth maps fc's weight: an fc bias is not grown")
+    res = Residual.draw(c.hidden_size, growth.width, growth.seed)
+    config = c.__class__(**c.to_dict())
+    config.hidden_size = config.target_hidden_size = c.hidden_size * growth.width
+    config.aux_layer_ids = [layer * growth.depth for layer in layers]
+    grown_state = {}
+    for key, value in drafter.state_dict().items():
+        if key == "fc.weight":
+            value = res.write(_read_halves(res, value, len(layers)))
+        elif key.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight")):
+            value = _read_halves(res, value, 2)
+        elif key.endswith(("gate_proj.weight", "up_proj.weight")) or key == "lm_head.weight":
+            value = res.read(value)
+        elif key.endswith(("o_proj.weight", "down_proj.weight")):
+            value = res.write(value)
+        elif key.endswith("norm.weight"):
+            value = res.norm(value)
+        grown_state[key] = value
+    model = Eagle3Drafter(config).to(drafter.fc.weight.device, drafter.fc.weight.dtype)
+    model.load_state_dict(grown_state, strict=True)
+    # the heads' rotary frequencies as the source holds them (a bf16 checkpoint's are rounded)
+    model.rotary_emb = copy.deepcopy(drafter.rotary_emb)
+    return model.eval()
+
+
 # The built-ins: grown from the committed checkpoints on first use
 
 CHECK_PROMPTS = 3  # tiny_code prompts every build decodes with the grown model and its source
@@ -521,16 +568,33 @@ def build_grown(name: str, out: Path) -> None:
         torch.cuda.empty_cache()  # the next built-in (a second 7B model) gets the whole device
 
 
-def build_grown_dflash(name: str, out: Path) -> None:
-    """A DFlash drafter grown with its target's residual map, on the target's build device, in
-    the target's saved dtype."""
+def _grown_dflash(source: Path, grown: Grown, out: Path) -> PreTrainedModel:
     from dflash.model import DFlashDraftModel
 
-    source, target = GROWN_DRAFTERS[name]
-    grown = GROWN[target]
-    src = DFlashDraftModel.from_pretrained(paths.TINY_DIR / source, dtype=torch.float32)
+    src = DFlashDraftModel.from_pretrained(source, dtype=torch.float32)
     model = grow_dflash(src.to(build_device(grown)), grown.growth)
     model.to(grown.saved).save_pretrained(out)
+    return model
+
+
+def _grown_eagle3(source: Path, grown: Grown, out: Path) -> Eagle3Drafter:
+    src = load_eagle3(source).float().to(build_device(grown))
+    target = LlamaConfig.from_pretrained(paths.TINY_DIR / grown.source)
+    layers = aux_layer_ids(src.config, target.num_hidden_layers)
+    model = grow_eagle3(src, grown.growth, layers)
+    save_eagle3(model.to(grown.saved), out)
+    return model
+
+
+GROW_DRAFTER = {"tiny-dflash": _grown_dflash, "tiny-eagle3": _grown_eagle3}
+
+
+def build_grown_drafter(name: str, out: Path) -> None:
+    """A drafter grown with its target's residual map, on the target's build device, in the
+    target's saved dtype."""
+    source, target = GROWN_DRAFTERS[name]
+    grown = GROWN[target]
+    model = GROW_DRAFTER[source](paths.TINY_DIR / source, grown, out)
     _provenance(out, Grown(source, grown.growth, grown.saved, grown.on_gpu), model)
 
 
@@ -542,7 +606,7 @@ def _register() -> None:
     for name, (source, target) in GROWN_DRAFTERS.items():
         sources = (paths.TINY_DIR / source, paths.TINY_DIR / GROWN[target].source)
         register_builtin_model(name, sources=sources)(
-            lambda out, name=name: build_grown_dflash(name, out)
+            lambda out, name=name: build_grown_drafter(name, out)
         )
 
 
