@@ -4,6 +4,7 @@ overrides that compose to it, for one run of every committed experiment, before 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,26 @@ def test_values_are_written_in_hydras_override_grammar() -> None:
     assert rerun.literal([1, 0.5, "a"]) == "[1,0.5,'a']"
     assert rerun.literal({}) == "{}" and rerun.literal("it's") == "'it\\'s'"
     assert rerun.literal("${tiny:tiny_code.jsonl}") == "'${tiny:tiny_code.jsonl}'"
+
+
+def test_dirty_runs_are_chosen_and_here_adds_clean_runs_from_another_machine(
+    tmp_path: Path,
+) -> None:
+    """Dirty and clean runs from two machine classes in one experiment, a dirty one in another:
+    by default the dirty ones; `--only` keeps its experiment's; `--here` adds the clean run
+    the other class measured, never the clean one measured here."""
+    epyc = {"cpu": "AMD EPYC", "isa": "avx512_bf16", "cpus": 2, "threads": 2}
+    xeon = {**epyc, "cpu": "Intel(R) Xeon(R) Processor", "isa": "amx"}
+    runs = {"grid/a": (True, xeon), "grid/b": (False, xeon), "grid/c": (False, epyc)}
+    for name, (dirty, where) in {**runs, "other/d": (True, epyc)}.items():
+        (tmp_path / name).mkdir(parents=True)
+        env = {"git_dirty": dirty, "machine": where}
+        (tmp_path / name / "env.json").write_text(json.dumps(env))
+
+    def names(runs: list[Path]) -> list[str]:
+        return [str(run_dir.relative_to(tmp_path)) for run_dir in runs]
+
+    assert names(rerun.selected(tmp_path, None, None)) == ["grid/a", "other/d"]
+    assert names(rerun.selected(tmp_path, ["grid"], None)) == ["grid/a"]
+    here = "cpu AMD EPYC avx512_bf16 2c"
+    assert names(rerun.selected(tmp_path, ["grid"], here)) == ["grid/a", "grid/b"]

@@ -9,11 +9,15 @@ back if the rerun fails, so a reference is never lost:
 
     python tools/rerun_references.py results/reference --only specdiff_grid_tiny --dry-run
     python tools/rerun_references.py results/reference
+
+`--here` also reruns the clean runs that another machine class measured, so that an
+experiment whose dirty cells were rerun here is not split over two machines in one figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -23,6 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -31,6 +36,8 @@ from specbench import paths
 from specbench.config import Config
 from specbench.registry import discover_schemas
 from specbench.report.load import dirty_runs
+from specbench.runs import env as environment
+from specbench.runs import machine
 from specbench.runs.store import identity, upgraded
 
 GROUPS = ("target", "drafter", "method", "task", "backend")
@@ -106,14 +113,35 @@ def rerun(run_dir: Path, overrides: list[str], aside: Path) -> bool:
     return done
 
 
+def selected(root: str | Path, only: list[str] | None, here: str | None) -> list[Path]:
+    """The run directories to rerun in the experiments `only` names (all when it names none):
+    the dirty ones, and with `here` (a machine class) those measured on another class."""
+    dirty = {run_dir for run_dir, _ in dirty_runs(root)}
+
+    def elsewhere(run_dir: Path) -> bool:
+        env = json.loads((run_dir / "env.json").read_text())
+        return here is not None and machine.of_env(env).label() != here
+
+    runs = sorted(path.parent for path in Path(root).glob("*/*/env.json"))
+    return [
+        run_dir
+        for run_dir in runs
+        if (not only or run_dir.parent.name in only) and (run_dir in dirty or elsewhere(run_dir))
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", help="a results directory, e.g. results/reference")
     parser.add_argument("--only", nargs="*", help="experiments (top folders) to rerun")
+    parser.add_argument(
+        "--here", action="store_true", help="also clean runs another machine class measured"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = parser.parse_args()
     discover_schemas()
-    runs = [d for d, _ in dirty_runs(args.root) if not args.only or d.parent.name in args.only]
+    here = environment.machine(torch.device("cpu")).label() if args.here else None
+    runs = selected(args.root, args.only, here)
     with initialize_config_dir(config_dir=str(paths.CONF_DIR), version_base="1.3"):
         plans = [
             (d, overrides_for(upgraded(yaml.safe_load((d / "config.yaml").read_text()))))
