@@ -23,6 +23,7 @@ from specbench.models.tiny.grow import (
     XL,
     Growth,
     Residual,
+    build_grown_drafter,
     grow_dflash,
     grow_dlm,
     grow_eagle3,
@@ -168,3 +169,16 @@ def test_the_xl_built_in_is_a_directory_plain_transformers_loads() -> None:
     out = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=1)
     assert out.tolist() == tiny_model.generate(ids, max_new_tokens=8, do_sample=False).tolist()
     assert XL["tiny-xl"].growth.width == model.config.hidden_size // tiny_model.config.hidden_size
+
+
+def test_the_grown_eagle3_built_in_reads_the_xl_targets_layers(tmp_path: Path) -> None:
+    """`specbench:tiny-eagle3-xl` as its builder writes it: EAGLE's own layout, on tiny-xl's
+    stream, reading the inputs of tiny-xl's layers that tiny-eagle3 read on tiny, its growth
+    recorded."""
+    build_grown_drafter("tiny-eagle3-xl", tmp_path)
+    source, grown = load_eagle3(paths.TINY_DIR / "tiny-eagle3"), load_eagle3(tmp_path)
+    growth = XL["tiny-xl"].growth
+    assert grown.config.hidden_size == source.config.hidden_size * growth.width
+    assert grown.config.aux_layer_ids == [i * growth.depth for i in source.config.aux_layer_ids]
+    record = json.loads((tmp_path / "growth.json").read_text())
+    assert record["source"] == "specbench:tiny-eagle3" and record["built_on"] == "cpu"

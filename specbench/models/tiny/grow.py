@@ -531,8 +531,8 @@ def build_device(grown: Grown) -> torch.device:
     return torch.device("cuda" if grown.on_gpu and torch.cuda.is_available() else "cpu")
 
 
-def _provenance(out: Path, grown: Grown, model: PreTrainedModel, **facts) -> None:
-    device = model.device
+def _provenance(out: Path, grown: Grown, model: torch.nn.Module, **facts) -> None:
+    device = next(model.parameters()).device
     record = {
         "source": f"specbench:{grown.source}",
         "growth": asdict(grown.growth),
