@@ -182,3 +182,20 @@ def test_the_grown_eagle3_built_in_reads_the_xl_targets_layers(tmp_path: Path) -
     assert grown.config.aux_layer_ids == [i * growth.depth for i in source.config.aux_layer_ids]
     record = json.loads((tmp_path / "growth.json").read_text())
     assert record["source"] == "specbench:tiny-eagle3" and record["built_on"] == "cpu"
+
+
+def test_a_built_in_whose_build_fails_leaves_nothing_in_the_cache(monkeypatch, tmp_path) -> None:
+    """A builder that raises half-way (as the grown EAGLE-3 once did) leaves no temporary
+    directory behind, and the next resolve builds afresh."""
+    from specbench.registry import BUILTIN_MODELS
+
+    def broken(out: Path) -> None:
+        (out / "half-written.bin").write_bytes(b"\0")
+        raise RuntimeError("the build failed")
+
+    broken.sources = ()
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
+    monkeypatch.setitem(BUILTIN_MODELS._entries, "broken-build", broken)
+    with pytest.raises(RuntimeError, match="the build failed"):
+        resolve(ModelConfig(name="broken-build", name_or_path="specbench:broken-build"), "target")
+    assert list((tmp_path / "models").iterdir()) == []

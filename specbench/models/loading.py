@@ -56,7 +56,11 @@ def resolve(cfg: ModelConfig, key: str) -> str:
     if not (out / "config.json").exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{name}-"))
-        BUILTIN_MODELS[name](tmp)
+        try:
+            BUILTIN_MODELS[name](tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a failed or interrupted build leaves nothing
+            raise
         try:
             os.replace(tmp, out)  # atomic: parallel sweep jobs never see a half-written model
         except OSError:
