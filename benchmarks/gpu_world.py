@@ -53,6 +53,7 @@ CELLS = {
     **{f"ddtree N{n}": ["experiment=ddtree_gpu", f"method.budget={n}"] for n in (16, 32, 64)},
     "specdiff": ["experiment=specdiff_gpu"],
     "diffuspec": ["experiment=diffuspec_gpu"],
+    "failfast": ["experiment=failfast_gpu"],
     "dllm": ["experiment=dllm_gpu"],
     "psd": ["experiment=psd_gpu"],
     "spiffy": ["experiment=spiffy_gpu"],
