@@ -127,11 +127,12 @@ DLM = ["target=tiny-dlm", "drafter=none", "method.prefix_cache=true"]
     "cell",
     [
         ["method=specdiff", "drafter=tiny-dlm"],
+        ["method=failfast", "drafter=tiny-dlm"],
         [*DLM, "method=dllm", "method.policy=threshold", "method.threshold=0.5"],
         [*DLM, "method=psd", "method.policy=quota", "method.depth=3"],
         [*DLM, "method=spiffy", "method.nodes=5", "method.calibration_samples=3"],
     ],
-    ids=["specdiff", "dllm", "psd", "spiffy"],
+    ids=["specdiff", "failfast", "dllm", "psd", "spiffy"],
 )
 def test_compiled_diffusion_decodes_as_eager_does(cell: list[str], tmp_path) -> None:
     """A diffusion drafter or decoded model with its transformer compiled (symbolic shapes):
