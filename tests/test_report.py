@@ -18,7 +18,7 @@ from specbench import paths
 from specbench.decoding.warp import Warp
 from specbench.metrics.summary import summarize
 from specbench.registry import METHODS, discover
-from specbench.report import acceptance, agreement, aup, cli, figures, leaderboard
+from specbench.report import acceptance, agreement, aup, cli, curves, figures, leaderboard
 from specbench.report.load import by_machine, higher_is_better, load_runs
 from specbench.report.pareto import pareto_front
 from specbench.runs.record import Record
@@ -64,9 +64,13 @@ def write_run(root: Path, cell: dict, records: list[dict], task: str = "tiny_cod
     method = cls(cls.Config(**knobs), Warp(cell.get("temperature", 0.0)))
     drafter = cell.get(
         "drafter",
-        {"causal": "tiny-ar", "diffusion": "tiny-dlm", "dflash": "tiny-dflash", None: "none"}[
-            cls.drafter_kind
-        ],
+        {
+            "causal": "tiny-ar",
+            "diffusion": "tiny-dlm",
+            "dflash": "tiny-dflash",
+            "eagle3": "tiny-eagle3",
+            None: "none",
+        }[cls.drafter_kind],
     )
     target = cell.get("target", "tiny" if cls.target_kind == "causal" else "tiny-dlm")
     experiment = cell.get("experiment", "adhoc")
@@ -387,7 +391,8 @@ def test_every_experiment_spec_rebuilds_from_fixture_runs(tmp_path: Path) -> Non
             shown = read_curve(out.with_suffix(".md"))
             for _, row in cells.iterrows():
                 want = f"{row[spec['y']]:.3g}"
-                assert shown[(f"{row[spec['x']]:g}", row["method"])] == want
+                series = " ".join(str(row[key]) for key in curves.series_keys(cells, spec))
+                assert shown[(f"{row[spec['x']]:g}", series)] == want
             continue
         if spec["kind"] != "pareto":
             csv = pd.read_csv(out.with_suffix(".csv"), index_col=0)

@@ -23,6 +23,13 @@ def series_of(cells: pd.DataFrame, keys: list[str]) -> dict[str, pd.DataFrame]:
     }
 
 
+def series_keys(cells: pd.DataFrame, spec: dict) -> list[str]:
+    """The spec's `series` columns (default the method) that the cells set: a knob only some
+    backends have (llama.cpp's GGUF type) names no line where no cell has it."""
+    keys = spec.get("series", ["method"])
+    return [k for k in keys if k in cells and cells[k].notna().any()]
+
+
 def table(lines: dict[str, pd.DataFrame], x: str, y: str) -> str:
     """x down, one column per series: the y each series measured there."""
     xs = sorted({v for part in lines.values() for v in part[x]})
@@ -42,7 +49,7 @@ def plot(cells: pd.DataFrame, spec: dict, out: Path) -> list[Path]:
     method; and the machine class, where the cells come from several), and a dashed line at
     its `reference` y (e.g. 1: where a speedup stops paying)."""
     x, y = spec["x"], spec["y"]
-    keys = spec.get("series", ["method"])
+    keys = series_keys(cells, spec)
     if cells["machine"].nunique() > 1:  # a line never joins two machine classes' points
         keys = [*keys, "machine"]
     lines = series_of(cells.dropna(subset=[x, y]), keys)
