@@ -414,6 +414,12 @@ def grow_dlm(model: TinyDLM, growth: Growth) -> TinyDLM:
 
 # DFlash drafters (the `dflash` package's Qwen3 layers): only the residual stream grows
 
+
+def _read_halves(res: Residual, weight: Tensor, halves: int) -> Tensor:
+    """A linear reading `halves` grown streams side by side: [out, halves d] -> [out, halves D]."""
+    return torch.cat([res.read(w) for w in weight.chunk(halves, 1)], 1)
+
+
 DFLASH = {**LLAMA, "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm"}
 
 
@@ -442,17 +448,12 @@ def grow_dflash(drafter: PreTrainedModel, growth: Growth) -> PreTrainedModel:
         elif role in ("attn_norm", "mlp_norm") or key in ("norm.weight", "hidden_norm.weight"):
             value = res.norm(value, head=key == "norm.weight")
         elif key == "fc.weight":
-            value = res.write(torch.cat([res.read(w) for w in value.chunk(len(layers), 1)], 1))
+            value = res.write(_read_halves(res, value, len(layers)))
         grown_state[key] = value
     return _fill(_empty(DFlashDraftModel, config, drafter), [grown_state])
 
 
 # EAGLE-3 drafters (models/eagle3.py): only the residual stream grows, as DFlash's
-
-
-def _read_halves(res: Residual, weight: Tensor, halves: int) -> Tensor:
-    """A linear reading `halves` grown streams side by side: [out, halves d] -> [out, halves D]."""
-    return torch.cat([res.read(w) for w in weight.chunk(halves, 1)], 1)
 
 
 @torch.no_grad()
