@@ -51,6 +51,7 @@ CELLS = {
     "pld": ["experiment=pld_gpu"],
     "dflash": ["experiment=dflash_gpu"],
     **{f"ddtree N{n}": ["experiment=ddtree_gpu", f"method.budget={n}"] for n in (16, 32, 64)},
+    "eagle3": ["experiment=eagle3_gpu"],
     "specdiff": ["experiment=specdiff_gpu"],
     "diffuspec": ["experiment=diffuspec_gpu"],
     "failfast": ["experiment=failfast_gpu"],
@@ -87,7 +88,7 @@ class Scale:
 
 
 GPU = Scale(
-    {name: name for name in ("tiny-8b", "tiny-dlm-8b", "tiny-dflash-8b")},
+    {name: name for name in ("tiny-8b", "tiny-dlm-8b", "tiny-dflash-8b", "tiny-eagle3-8b")},
     "cuda",
     "bfloat16",
     8,

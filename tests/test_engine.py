@@ -1,6 +1,6 @@
 """The compiled engine: the same logits as the eager engine through every cache move decoding
-makes, the same exactness (compiled SpS and DFlash token-identical to the compiled baseline),
-and its compile time in env.json."""
+makes, the same exactness (compiled SpS, DFlash and EAGLE-3 token-identical to the compiled
+baseline), and its compile time in env.json."""
 
 from __future__ import annotations
 
@@ -118,6 +118,22 @@ def test_compiled_speculation_is_exact_and_drafts_as_eager_does(cell: list[str],
     assert engine["name"] == "compiled"
     assert engine["target"]["static_cache"] == static_length(128 + 40)
     assert engine["target"]["compile_s"] > 0 and engine["drafter"]["compile_s"] > 0
+
+
+def test_compiled_eagle3_verifies_on_the_compiled_target_with_its_drafter_eager(tmp_path):
+    """EAGLE-3's tree and its chain arm on the compiled target, which captures the layers the
+    eager drafter reads: every arm token-identical to the compiled target's decoding, every
+    round accepting what the eager engine's accepts (a wrong captured layer changes the drafts),
+    and env.json saying the drafter ran eager."""
+    cell = ["method=eagle3", "drafter=tiny-eagle3"]
+    summary, records, env = run_records(cell, "compiled", tmp_path / "compiled")
+    assert summary.base.identical_rate == 1.0 and summary.vs["chain"].identical_rate == 1.0
+    _, eager, _ = run_records(cell, "eager", tmp_path / "eager")
+    for got, want in zip(records, eager, strict=True):
+        assert got["method"]["output_ids"] == want["method"]["output_ids"]
+        assert got["accepted_per_round"] == want["accepted_per_round"]
+    assert sum(sum(r["accepted_per_round"]) for r in records) > 0
+    assert env["engine"]["drafter"] == "eager" and env["engine"]["target"]["compile_s"] > 0
 
 
 DLM = ["target=tiny-dlm", "drafter=none", "method.prefix_cache=true"]

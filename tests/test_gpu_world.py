@@ -109,11 +109,12 @@ def test_the_device_check_rehearses_end_to_end_on_a_cpu(tmp_path) -> None:
         "tiny-8b-rehearsal": 3,
         "tiny-dlm-8b-rehearsal": 3,
         "tiny-dflash-8b-rehearsal": None,
+        "tiny-eagle3-8b-rehearsal": None,
     }
     cells = json.loads((out / "cells.json").read_text())
     ddtree = {f"ddtree N{n}" for n in (16, 32, 64)}
     methods = {"sps", "sps tree", "pld", "dflash", "specdiff", "diffuspec", "failfast", "dllm"}
-    methods |= {"psd", "spiffy"}
+    methods |= {"psd", "spiffy", "eagle3"}
     assert set(cells) == methods | ddtree
     for name, cell in cells.items():
         assert cell["lossless_rate"] == 1.0 or not cell["lossless"], name

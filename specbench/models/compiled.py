@@ -61,7 +61,8 @@ def static_length(positions: int) -> int:
 def describe(engine: str, **models: list[object]) -> dict:
     """What env.json says of the engine: its name, and per role the first of its models that
     was compiled (a drafter's loop may compile on its own, as DFlash's does), with the static
-    cache's size and the seconds compilation took (spent in warm-up, outside every timer)."""
+    cache's size and the seconds compilation took (spent in warm-up, outside every timer), or
+    "eager" for a role whose model the compiled engine leaves eager."""
     report: dict = {"name": engine}
     for role, candidates in models.items():
         for lm in candidates:
@@ -75,6 +76,9 @@ def describe(engine: str, **models: list[object]) -> dict:
             if getattr(lm, "compiled", False):
                 report[role] = {"dynamic_shapes": list(lm.hot_methods)}
                 break
+        else:
+            if engine == "compiled" and any(isinstance(lm, torch.nn.Module) for lm in candidates):
+                report[role] = "eager"  # a model the engine leaves as it is (EAGLE-3's drafter)
     return report
 
 

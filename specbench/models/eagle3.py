@@ -71,6 +71,12 @@ def aux_layer_ids(config: LlamaConfig, target_layers: int) -> list[int]:
     return [2, target_layers // 2, target_layers - 3]
 
 
+def target_reads(config: LlamaConfig, target_layers: int) -> tuple[int, ...]:
+    """The target layers whose outputs it reads: upstream's ids name a layer's input, which is
+    the output of the layer before."""
+    return tuple(i - 1 for i in aux_layer_ids(config, target_layers))
+
+
 class Eagle3Attention(nn.Module):
     """Llama attention whose queries, keys and values are projected from 2 x hidden features;
     `visible` says which key each query reads, so one call serves a chain, a tree and the

@@ -77,7 +77,11 @@ def load_models(plan: Any) -> tuple[Any, Any]:
     }
     if engine != "compiled":
         return models["target"], models.get("drafter")
-    reads = kinds["drafter"].reads_target_layers(models["drafter"]) if "drafter" in kinds else ()
+    reads = (
+        kinds["drafter"].reads_target_layers(models["drafter"], models["target"])
+        if "drafter" in kinds
+        else ()
+    )
     length = compiled.static_length(longest_sequence(plan))
     trees = plan.method.drafts_trees()
     shapes = {key: (length, tuple(reads) if key == "target" else (), trees) for key in roles}

@@ -52,8 +52,9 @@ class ModelKind(ABC):
         if the method drafts trees."""
         return lm
 
-    def reads_target_layers(self, lm: Any) -> tuple[int, ...]:
-        """The target layers a drafter of this kind reads (the target captures them)."""
+    def reads_target_layers(self, lm: Any, target: Any) -> tuple[int, ...]:
+        """The layers of `target` (a loaded `CausalLM`) a drafter of this kind reads (the
+        target captures them)."""
         return ()
 
 

@@ -104,5 +104,5 @@ class DFlash(ModelKind):
     def load(self, cfg: ModelConfig, key: str, device: torch.device, dtype: str) -> Any:
         return load(cfg, key, device, dtype)
 
-    def reads_target_layers(self, lm: Any) -> tuple[int, ...]:
+    def reads_target_layers(self, lm: Any, target: Any) -> tuple[int, ...]:
         return tuple(lm.target_layer_ids)

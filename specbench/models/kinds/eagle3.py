@@ -1,7 +1,9 @@
 """The eagle3 kind: an EAGLE-3 drafter checkpoint, in EAGLE's own layout or vLLM's speculators
 format (`specbench/models/eagle3.py`). It has no tokenizer of its own (it drafts the target's
 ids, through its draft vocabulary's map), reads the target's hidden states, and runs in the
-target's dtype, under the eager engine."""
+target's dtype. It runs eager under either engine, as upstream's drafting loop does: under the
+compiled engine the target compiles (capturing the layers it reads) and the drafter does not, and
+env.json's engine says so."""
 
 from __future__ import annotations
 
@@ -13,7 +15,14 @@ import torch
 from specbench.config import Config, ModelConfig
 from specbench.errors import ConfigError
 from specbench.models import loading
-from specbench.models.eagle3 import aux_layer_ids, eagle3_config, is_speculators, load_eagle3
+from specbench.models.eagle3 import (
+    Eagle3Drafter,
+    aux_layer_ids,
+    eagle3_config,
+    is_speculators,
+    load_eagle3,
+    target_reads,
+)
 from specbench.models.kinds import ModelKind
 from specbench.registry import MODEL_KINDS
 
@@ -84,10 +93,6 @@ class Eagle3(ModelKind):
             )
 
     def check_checkpoint(self, cfg: ModelConfig, key: str, config: Config) -> None:
-        if config.run.engine == "compiled":
-            raise ConfigError(
-                "run.engine", "compiled", "an EAGLE-3 drafter runs eager; allowed: eager"
-            )
         check_reads_target(cfg, config.target)
 
     def check_drafter(self, cfg: ModelConfig, tokenizer: Any) -> int | None:
@@ -100,3 +105,6 @@ class Eagle3(ModelKind):
     def load(self, cfg: ModelConfig, key: str, device: torch.device, dtype: str) -> Any:
         model = load_eagle3(local_directory(cfg, key))
         return model.to(device=device, dtype=loading.resolve_dtype(dtype, device))
+
+    def reads_target_layers(self, lm: Eagle3Drafter, target: Any) -> tuple[int, ...]:
+        return target_reads(lm.config, target.model.config.get_text_config().num_hidden_layers)

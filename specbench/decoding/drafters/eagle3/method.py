@@ -36,7 +36,7 @@ from specbench.decoding.verify import rule_label
 from specbench.decoding.warp import Warp
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import CausalLM
-from specbench.models.eagle3 import Eagle3Drafter, aux_layer_ids
+from specbench.models.eagle3 import Eagle3Drafter, target_reads
 from specbench.registry import METHODS
 from specbench.runs.summary import Summary
 
@@ -52,11 +52,10 @@ def extend(cache: KV | None, new: KV) -> KV:
 
 def bind(model: Eagle3Drafter, target: CausalLM) -> tuple[int, ...]:
     """Give the drafter the target's embeddings where its checkpoint has none; the target
-    layers whose outputs it reads (upstream's ids name a layer's input: the layer before's)."""
+    layers whose outputs it reads."""
     if model.embed_tokens is None:
         model.embedding = target.model.get_input_embeddings().weight
-    layers = target.model.config.get_text_config().num_hidden_layers
-    return tuple(i - 1 for i in aux_layer_ids(model.config, layers))
+    return target_reads(model.config, target.model.config.get_text_config().num_hidden_layers)
 
 
 class Eagle3Proposer(Drafter):
