@@ -41,7 +41,6 @@ from specbench.models.tiny.train import (
     causal_model,
     evaluate_causal,
     evaluate_dlm,
-    random_windows,
     token_stream,
     train_causal,
     train_dlm,
@@ -55,15 +54,16 @@ TINY_CODE = {"samples": 100, "prefix_tokens": 128, "continuation_tokens": 128, "
 DFLASH = {"layers": 2, "block": 16, "sequences": 8192, "prefix": 64, "new": 192, "blocks": 12}
 # tiny-eagle3: EAGLE-3's one layer over the inputs of tiny's layers 1, 3 and 5 (upstream's rule,
 # 2, n // 2, n - 3, names layer 3 twice for n = 6), half the vocabulary as its draft vocabulary
-# (Llama 3.1's EAGLE-3: a quarter), 3 training-time-test steps (upstream: 7), on training-split
-# windows; validated on the target's continuations of 32-token validation prefixes
+# (Llama 3.1's EAGLE-3: a quarter), 3 training-time-test steps (upstream: 7), on the target's
+# greedy continuations of 32-token training-split prefixes (EAGLE-3 trains on responses the
+# target regenerates); validated on its continuations of validation-split prefixes
 EAGLE3 = {
     "aux_layer_ids": [1, 3, 5],
     "draft_vocab": 2048,
     "steps": 3,
-    "windows": 1024,
+    "windows": 2048,
     "window": 128,
-    "batch": 4,
+    "batch": 8,
     "prefix": 32,
 }
 
@@ -255,16 +255,17 @@ def train_tiny_dflash(
 def train_tiny_eagle3(
     target: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, args: argparse.Namespace, out: Path
 ) -> dict:
-    """Training-split windows, the inputs of the layers EAGLE-3 fuses and the target's
-    predictions on them, the draft vocabulary from those, then the training-time test; saved in
-    half precision in EAGLE's own layout, without embeddings (it reads the target's). The
-    report's numbers are measured on the target's greedy continuations of validation-split
-    prefixes."""
-    steps, window = EAGLE3["steps"], EAGLE3["window"]
+    """The target's greedy continuations of training-split prefixes, the inputs of the layers
+    EAGLE-3 fuses and the target's predictions on them, the draft vocabulary from those, then
+    the training-time test; saved in half precision in EAGLE's own layout, without embeddings
+    (it reads the target's). The report's numbers are measured on the target's greedy
+    continuations of validation-split prefixes."""
+    steps, window, prefix = EAGLE3["steps"], EAGLE3["window"], EAGLE3["prefix"]
     layers = [layer - 1 for layer in EAGLE3["aux_layer_ids"]]  # a layer's input: the one before
-    g = torch.Generator().manual_seed(args.seed + 5)
     train = token_stream(tokenizer, corpus.texts("train"))
-    ids = random_windows(train, EAGLE3["windows"], window, g)
+    ids = greedy_continuations(
+        target, train, EAGLE3["windows"], prefix, window - prefix, args.seed + 5
+    )
     features, predicted = target_states(target, ids, layers)
     torch.manual_seed(args.seed + 5)
     drafter = eagle3_drafter(target, EAGLE3["aux_layer_ids"], EAGLE3["draft_vocab"])
@@ -275,13 +276,13 @@ def train_tiny_eagle3(
     save_eagle3(drafter.to(torch.float16), out)
     drafter.float().eval()
     validation = token_stream(tokenizer, corpus.texts("validation"))
-    prefix = EAGLE3["prefix"]
     val_ids = greedy_continuations(target, validation, 64, prefix, window - prefix, args.seed + 6)
     val_features, val_predicted = target_states(target, val_ids, layers)
     return {
         "recipe": EAGLE3,
         "schedule": vars(schedule),
-        "trained_on": "training-split windows, labels the target's greedy predictions",
+        "trained_on": "the target's greedy continuations of training-split prefixes, labels "
+        "its greedy predictions",
         "draft_vocab_coverage": round(float(drafter.t2d[val_ids[:, prefix:]].float().mean()), 4),
         "final_train_loss": _mean_tail(losses),
         "validation": evaluate_eagle3(drafter, val_ids, val_features, val_predicted, prefix, steps),

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--drafter-steps", type=positive, default=1500)
     p.add_argument("--dlm-steps", type=positive, default=1500)
     p.add_argument("--dflash-steps", type=positive, default=3000)
-    p.add_argument("--eagle3-steps", type=positive, default=300)
+    p.add_argument("--eagle3-steps", type=positive, default=2000)
     p.add_argument(
         "--only", nargs="+", choices=STAGES, help="run these stages, read the rest from --out"
     )
