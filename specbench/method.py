@@ -72,10 +72,16 @@ class Method(ABC):
         forces its acceptance (`run.simulated_acceptance`)."""
         return None
 
+    def tree_nodes(self) -> int:
+        """The most draft-tree nodes one verification writes past the newest token; 0 where
+        its drafts are chains (a chain shrinks as the generation nears its end, a tree's node
+        budget does not). The compiled engine sizes its static cache to hold them."""
+        return 0
+
     def drafts_trees(self) -> bool:
         """Whether its drafts are trees: the compiled engine then builds its target's graphs
         under an ancestor mask too."""
-        return False
+        return self.tree_nodes() > 0
 
     def exact(self) -> bool:
         """Whether the output is the baseline arm's: token for token at temperature 0, in

@@ -124,7 +124,8 @@ def test_compiled_eagle3_verifies_on_the_compiled_target_with_its_drafter_eager(
     """EAGLE-3's tree and its chain arm on the compiled target, which captures the layers the
     eager drafter reads: every arm token-identical to the compiled target's decoding, every
     round accepting what the eager engine's accepts (a wrong captured layer changes the drafts),
-    and env.json saying the drafter ran eager."""
+    the static cache holding a whole tree at the generation's end, and env.json saying the
+    drafter ran eager."""
     cell = ["method=eagle3", "drafter=tiny-eagle3"]
     summary, records, env = run_records(cell, "compiled", tmp_path / "compiled")
     assert summary.base.identical_rate == 1.0 and summary.vs["chain"].identical_rate == 1.0
@@ -134,6 +135,8 @@ def test_compiled_eagle3_verifies_on_the_compiled_target_with_its_drafter_eager(
         assert got["accepted_per_round"] == want["accepted_per_round"]
     assert sum(sum(r["accepted_per_round"]) for r in records) > 0
     assert env["engine"]["drafter"] == "eager" and env["engine"]["target"]["compile_s"] > 0
+    # room for the last round's 59 tree nodes past the longest sequence (128 + 40)
+    assert env["engine"]["target"]["static_cache"] == static_length(128 + 40 + 59)
 
 
 DLM = ["target=tiny-dlm", "drafter=none", "method.prefix_cache=true"]

@@ -52,9 +52,10 @@ class Specbench(Backend):
 def load_models(plan: Any) -> tuple[Any, Any]:
     """The target and, if the method takes one, the drafter, each loaded by its kind on the
     run's device; under the compiled engine each through its kind's compile hook, the target
-    capturing the layers the drafter reads. Models the previous cell left (`RESIDENT`) are
-    reused, each with every compiled form it was given; the rest of what it left is released
-    before anything loads."""
+    capturing the layers the drafter reads, its static cache holding the longest sequence and
+    a tree's nodes past it. Models the previous cell left (`RESIDENT`) are reused, each with
+    every compiled form it was given; the rest of what it left is released before anything
+    loads."""
     config = plan.config
     if config.run.threads:
         torch.set_num_threads(config.run.threads)
@@ -82,7 +83,7 @@ def load_models(plan: Any) -> tuple[Any, Any]:
         if "drafter" in kinds
         else ()
     )
-    length = compiled.static_length(longest_sequence(plan))
+    length = compiled.static_length(longest_sequence(plan) + plan.method.tree_nodes())
     trees = plan.method.drafts_trees()
     shapes = {key: (length, tuple(reads) if key == "target" else (), trees) for key in roles}
     for key in roles:

@@ -108,8 +108,8 @@ class DDTree(DFlash):
         chain = DFlashConfig(block_size=self.cfg.block_size, rule=self.cfg.rule)
         return {"dflash": DFlash(chain, self.warp).build(target, drafter, None)}
 
-    def drafts_trees(self) -> bool:
-        return True
+    def tree_nodes(self) -> int:
+        return self.cfg.budget
 
     def label(self) -> str:
         block = [] if self.cfg.block_size is None else [f"b{self.cfg.block_size}"]

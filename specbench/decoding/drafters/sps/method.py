@@ -204,8 +204,8 @@ class SpS(DraftVerifyMethod):
         chain = type(self)(replace(self.cfg, tree=None), self.warp)
         return {"chain": chain.build(target, drafter, None)}
 
-    def drafts_trees(self) -> bool:
-        return self.cfg.tree is not None
+    def tree_nodes(self) -> int:
+        return 0 if self.cfg.tree is None else self.cfg.budget
 
     def exact(self) -> bool:
         return is_lossless(self.cfg.rule, self.warp)
