@@ -44,6 +44,9 @@ from specbench.models.causal import (
 )
 
 HOT_TOKENS = 64  # the longest input the compiled graph takes; longer ones run eagerly
+# the largest |compiled - uncompiled| logit a warm-up check passes, as a share of the largest
+# logit (bf16 kernels in another order differ by about 1%)
+CHECK_TOLERANCE = 0.05
 CACHE_ROUNDING = 64  # static caches are sized in multiples of this many positions
 # graphs one compiled diffusion model may build (cache or none, one row or a batch, a mask or
 # none) before dynamo runs it eagerly
@@ -84,8 +87,13 @@ def describe(engine: str, **models: list[object]) -> dict:
 
 def use_inductor_cache() -> None:
     """Inductor's on-disk cache under specbench's cache, so a graph compiled once (a test run,
-    an earlier cell) loads in seconds in every later process."""
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(paths.cache_dir() / "inductor"))
+    an earlier cell) loads in seconds in every later process, unless the user named one. Torch
+    writes its default (a directory in /tmp every process on the machine shares) into the
+    environment the first time it asks, at import: that value is not the user's."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR", default_cache_dir()) == default_cache_dir():
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(paths.cache_dir() / "inductor")
 
 
 def compile_forward(forward, device: torch.device, dynamic: bool = False):
@@ -324,6 +332,33 @@ class CompiledCausalLM(CausalLM):
                         self.forward(
                             [0] * n, ancestors=mask if n > 1 else None, hidden_layers=layers
                         )
+        self.check(trees)
         self.reset()
         self.calls = self.positions = 0
         return self.engine.compile_s
+
+    def check(self, trees: bool) -> None:
+        """Each built graph against the same forward uncompiled, on the same cache and inputs:
+        a run stops here unless their logits agree. A graph inductor loads from its on-disk
+        cache is not recompiled, and one that computes something else has been seen (NaN
+        logits at every step of a 256-position cache, found only because a baseline lost its
+        token identity)."""
+        self.reset()
+        for n, tree in ((1, False), (3, False), (1, False), (3, trees)):
+            ids = list(range(5, 5 + n))
+            mask = ancestor_mask(1, [-1] * (n - 1), self.device) if tree else None
+            start = self.length
+            got = self.forward(ids, ancestors=mask).logits
+            self.rollback(start)
+            with self.grad_mode():
+                want = self._forward(*self._inputs(ids, None, mask), (), 0)[0].float()
+            self._fed(n)
+            scale = float(want.abs().max())
+            gap = float((got - want).abs().max())
+            if not gap <= CHECK_TOLERANCE * scale:  # NaN fails too
+                raise RuntimeError(
+                    f"{self.name}: compiled logits differ from the uncompiled forward's by "
+                    f"{gap:.3g} (largest logit {scale:.3g}) on {n} new token(s); a stale graph "
+                    f"in inductor's cache? remove {os.environ.get('TORCHINDUCTOR_CACHE_DIR')} "
+                    "and rerun"
+                )
