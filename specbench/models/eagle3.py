@@ -71,10 +71,11 @@ def aux_layer_ids(config: LlamaConfig, target_layers: int) -> list[int]:
     return [2, target_layers // 2, target_layers - 3]
 
 
-def target_reads(config: LlamaConfig, target_layers: int) -> tuple[int, ...]:
-    """The target layers whose outputs it reads: upstream's ids name a layer's input, which is
-    the output of the layer before."""
-    return tuple(i - 1 for i in aux_layer_ids(config, target_layers))
+def target_reads(config: LlamaConfig, target: nn.Module) -> tuple[int, ...]:
+    """The layers of `target` (a transformers model) whose outputs it reads: upstream's ids
+    name a layer's input, which is the output of the layer before."""
+    layers = target.config.get_text_config().num_hidden_layers
+    return tuple(i - 1 for i in aux_layer_ids(config, layers))
 
 
 class Eagle3Attention(nn.Module):

@@ -107,4 +107,4 @@ class Eagle3(ModelKind):
         return model.to(device=device, dtype=loading.resolve_dtype(dtype, device))
 
     def reads_target_layers(self, lm: Eagle3Drafter, target: Any) -> tuple[int, ...]:
-        return target_reads(lm.config, target.model.config.get_text_config().num_hidden_layers)
+        return target_reads(lm.config, target.model)

@@ -55,7 +55,7 @@ def bind(model: Eagle3Drafter, target: CausalLM) -> tuple[int, ...]:
     layers whose outputs it reads."""
     if model.embed_tokens is None:
         model.embedding = target.model.get_input_embeddings().weight
-    return target_reads(model.config, target.model.config.get_text_config().num_hidden_layers)
+    return target_reads(model.config, target.model)
 
 
 class Eagle3Proposer(Drafter):
