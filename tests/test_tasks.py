@@ -16,16 +16,11 @@ from transformers import AutoTokenizer
 from conftest import compose_cfg
 from specbench import paths, sandbox
 from specbench.errors import ConfigError
+from specbench.metrics.answer import extract_flexible, extract_strict, normalise
 from specbench.pipeline import execute, prepare
 from specbench.runs.summary import Workload
 from specbench.tasks.cnn_dm import CnnDmConfig, CnnDmTask
-from specbench.tasks.gsm8k import (
-    Gsm8kConfig,
-    Gsm8kTask,
-    extract_flexible,
-    extract_strict,
-    normalise,
-)
+from specbench.tasks.gsm8k import Gsm8kConfig, Gsm8kTask
 from specbench.tasks.humaneval import HumanEvalConfig, HumanEvalTask
 from specbench.tasks.mbpp import MbppConfig, MbppTask
 from specbench.tasks.mt_bench import MtBenchConfig, MtBenchTask, judge_prompt

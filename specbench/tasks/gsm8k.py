@@ -2,16 +2,17 @@
 
 Base targets get lm-eval's `gsm8k_cot` prompt (the 8 chain-of-thought exemplars of Wei et al.
 2022, "Q: ... A: ... The answer is N."); instruct targets get the question zero-shot through the
-chat template with the same answer sentence asked for. The answer is extracted as lm-eval does:
-`strict` takes "The answer is N" (or the dataset's own "#### N"), `flexible` the last number.
+chat template with the same answer sentence asked for. The answer is extracted as lm-eval does
+(specbench/metrics/answer.py): `strict` takes "The answer is N" (or the dataset's own "#### N"),
+`flexible` the last number.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from specbench.errors import ConfigError
+from specbench.metrics.answer import normalise, score_answer
 from specbench.registry import TaskSpec, register_task
 from specbench.tasks.base import Sample, Task, TaskConfig, rows_from
 
@@ -70,24 +71,6 @@ CHAT_FORMATS = {
     "dflash": "{question}\nPlease reason step by step, and put your final answer within "
     "\\boxed{{}}.",
 }
-STRICT = re.compile(r"The answer is (\-?[0-9\.\,]+).|#### (\-?[0-9\.\,]+)")
-FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
-
-
-def normalise(answer: str) -> str:
-    """lm-eval's exact_match normalisation: no commas or dollar signs, no trailing period."""
-    answer = re.sub(r"(?s).*#### ", "", answer.strip())
-    return re.sub(r"\.$", "", answer.replace(",", "").replace("$", "")).strip()
-
-
-def extract_strict(text: str) -> str | None:
-    match = STRICT.search(text)
-    return None if match is None else next(g for g in match.groups() if g is not None)
-
-
-def extract_flexible(text: str) -> str | None:
-    matches = FLEXIBLE.findall(text)
-    return None if not matches else next(g for g in matches[-1] if g)
 
 
 @dataclass
@@ -143,15 +126,7 @@ class Gsm8kTask(Task):
         return [f"Q: {row['question']}\nA: {row['answer']}" for row in self.train_rows()]
 
     def score(self, sample: Sample, completion: str) -> dict[str, float]:
-        strict, flexible = extract_strict(completion), extract_flexible(completion)
-        return {
-            "exact_match_strict": float(
-                strict is not None and normalise(strict) == sample.reference
-            ),
-            "exact_match_flexible": float(
-                flexible is not None and normalise(flexible) == sample.reference
-            ),
-        }
+        return score_answer(sample.reference, completion)
 
 
 register_task(TaskSpec(name="gsm8k", config=Gsm8kConfig, build=Gsm8kTask))

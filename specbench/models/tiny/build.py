@@ -8,6 +8,7 @@ import json
 import platform
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -102,7 +103,7 @@ def tiny_code_samples(tokenizer: PreTrainedTokenizerBase) -> list[dict]:
     return samples
 
 
-def _mean_tail(values: list[float], n: int = 50) -> float:
+def mean_tail(values: list[float], n: int = 50) -> float:
     return sum(values[-n:]) / len(values[-n:])
 
 
@@ -141,7 +142,7 @@ def train(args: argparse.Namespace) -> None:
             "shape": vars(TARGET),
             "schedule": vars(schedule),
             "seconds": time.time() - started,
-            "final_train_loss": _mean_tail(losses),
+            "final_train_loss": mean_tail(losses),
         }
         save(target, tokenizer, out / "tiny", report)
     target = AutoModelForCausalLM.from_pretrained(
@@ -166,7 +167,7 @@ def train(args: argparse.Namespace) -> None:
             "schedule": vars(schedule),
             "distilled_from": "tiny",
             "seconds": time.time() - started,
-            "final_train_kl": _mean_tail(losses),
+            "final_train_kl": mean_tail(losses),
         }
         save(drafter, tokenizer, out / "tiny-ar", report)
         drafter = AutoModelForCausalLM.from_pretrained(out / "tiny-ar", dtype=torch.float32)
@@ -186,7 +187,7 @@ def train(args: argparse.Namespace) -> None:
             "distilled_from": "tiny",
             "schedule": vars(schedule),
             "seconds": time.time() - started,
-            "final_train_loss": _mean_tail(losses),
+            "final_train_loss": mean_tail(losses),
         }
         save(dlm, tokenizer, out / "tiny-dlm", report)
         dlm = AutoModel.from_pretrained(out / "tiny-dlm", dtype=torch.float32).eval()
@@ -196,14 +197,31 @@ def train(args: argparse.Namespace) -> None:
 
     if "tiny-dflash" in stages:
         started = time.time()
-        report = {**common, **train_tiny_dflash(target, tokenizer, args, out / "tiny-dflash")}
+        trained = train_tiny_dflash(
+            target,
+            tokenizer.mask_token_id,
+            code_continuations(target, tokenizer),
+            DFLASH,
+            args.dflash_steps,
+            args.seed + 3,
+            out / "tiny-dflash",
+        )
+        report = {**common, **trained}
         report["seconds"] = time.time() - started
         (out / "tiny-dflash" / "training.json").write_text(json.dumps(report, indent=2) + "\n")
         print("tiny-dflash validation:", report["validation"])
 
     if "tiny-eagle3" in stages:
         started = time.time()
-        report = {**common, **train_tiny_eagle3(target, tokenizer, args, out / "tiny-eagle3")}
+        trained = train_tiny_eagle3(
+            target,
+            code_continuations(target, tokenizer),
+            EAGLE3,
+            args.eagle3_steps,
+            args.seed + 5,
+            out / "tiny-eagle3",
+        )
+        report = {**common, **trained}
         report["seconds"] = time.time() - started
         (out / "tiny-eagle3" / "training.json").write_text(json.dumps(report, indent=2) + "\n")
         print("tiny-eagle3 validation:", report["validation"])
@@ -213,77 +231,100 @@ def train(args: argparse.Namespace) -> None:
             fh.writelines(json.dumps(s) + "\n" for s in tiny_code_samples(tokenizer))
 
 
+Continuations = Callable[[str, int, int, int, int], torch.Tensor]
+"""(split, n, prefix, new, seed) -> [n, prefix + new]: the target's greedy continuations of `n`
+prefixes of the split's text, the data both drafters of a world train and are validated on."""
+
+
+def code_continuations(
+    target: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> Continuations:
+    """The code world's: random windows of the split's modules."""
+
+    def continuations(split: str, n: int, prefix: int, new: int, seed: int) -> torch.Tensor:
+        stream = token_stream(tokenizer, corpus.texts(split))
+        return greedy_continuations(target, stream, n, prefix, new, seed)
+
+    return continuations
+
+
 def train_tiny_dflash(
-    target: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, args: argparse.Namespace, out: Path
+    target: torch.nn.Module,
+    mask_id: int,
+    continuations: Continuations,
+    recipe: dict,
+    steps: int,
+    seed: int,
+    out: Path,
 ) -> dict:
     """The target's greedy continuations and its features, then the drafter (saved in half
-    precision, as the other checkpoints, and without a tokenizer: it reads the target's); the report's numbers are measured on continuations
-    of validation-split prefixes."""
+    precision, as the other checkpoints, and without a tokenizer: it reads the target's); the
+    report's numbers are measured on continuations of validation-split prefixes."""
     from dflash.model import build_target_layer_ids
 
-    layers = build_target_layer_ids(target.config.num_hidden_layers, DFLASH["layers"])
-    prefix, new = DFLASH["prefix"], DFLASH["new"]
+    layers = build_target_layer_ids(target.config.num_hidden_layers, recipe["layers"])
+    prefix, new = recipe["prefix"], recipe["new"]
 
     def data(split: str, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        stream = token_stream(tokenizer, corpus.texts(split))
-        ids = greedy_continuations(target, stream, n, prefix, new, seed)
+        ids = continuations(split, n, prefix, new, seed)
         return ids, target_features(target, ids, layers)
 
-    ids, features = data("train", DFLASH["sequences"], args.seed + 3)
-    torch.manual_seed(args.seed + 3)
-    drafter = dflash_drafter(
-        target, DFLASH["layers"], layers, DFLASH["block"], tokenizer.mask_token_id
-    )
+    ids, features = data("train", recipe["sequences"], seed)
+    torch.manual_seed(seed)
+    drafter = dflash_drafter(target, recipe["layers"], layers, recipe["block"], mask_id)
     embedding = target.get_input_embeddings().weight.detach()
-    schedule = Schedule(steps=args.dflash_steps, lr=1e-3)
+    schedule = Schedule(steps=steps, lr=1e-3)
     losses = train_dflash(
-        drafter, embedding, ids, features, prefix, schedule, args.seed + 3, DFLASH["blocks"]
+        drafter, embedding, ids, features, prefix, schedule, seed, recipe["blocks"]
     )
     save_dflash(drafter.to(torch.float16), out)
     drafter.float().eval()
-    val_ids, val_features = data("validation", 128, args.seed + 4)
+    val_ids, val_features = data("validation", 128, seed + 1)
     return {
-        "recipe": DFLASH,
+        "recipe": recipe,
         "target_layer_ids": layers,
         "schedule": vars(schedule),
-        "trained_on": "tiny's greedy continuations of training-split prefixes",
-        "final_train_loss": _mean_tail(losses),
+        "trained_on": "the target's greedy continuations of training-split prefixes",
+        "final_train_loss": mean_tail(losses),
         "validation": evaluate_dflash(drafter, embedding, val_ids, val_features, prefix),
     }
 
 
 def train_tiny_eagle3(
-    target: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, args: argparse.Namespace, out: Path
+    target: torch.nn.Module,
+    continuations: Continuations,
+    recipe: dict,
+    steps: int,
+    seed: int,
+    out: Path,
 ) -> dict:
     """The target's greedy continuations of training-split prefixes, the inputs of the layers
     EAGLE-3 fuses and the target's predictions on them, the draft vocabulary from those, then
     the training-time test; saved in half precision in EAGLE's own layout, without embeddings
     (it reads the target's). The report's numbers are measured on the target's greedy
     continuations of validation-split prefixes."""
-    steps, window, prefix = EAGLE3["steps"], EAGLE3["window"], EAGLE3["prefix"]
-    layers = [layer - 1 for layer in EAGLE3["aux_layer_ids"]]  # a layer's input: the one before
-    train = token_stream(tokenizer, corpus.texts("train"))
-    ids = greedy_continuations(
-        target, train, EAGLE3["windows"], prefix, window - prefix, args.seed + 5
-    )
+    ttt_steps, window, prefix = recipe["steps"], recipe["window"], recipe["prefix"]
+    layers = [layer - 1 for layer in recipe["aux_layer_ids"]]  # a layer's input: the one before
+    ids = continuations("train", recipe["windows"], prefix, window - prefix, seed)
     features, predicted = target_states(target, ids, layers)
-    torch.manual_seed(args.seed + 5)
-    drafter = eagle3_drafter(target, EAGLE3["aux_layer_ids"], EAGLE3["draft_vocab"])
+    torch.manual_seed(seed)
+    drafter = eagle3_drafter(target, recipe["aux_layer_ids"], recipe["draft_vocab"])
     draft_vocabulary(drafter, predicted)
     head_from_target(drafter, target)
-    schedule = Schedule(steps=args.eagle3_steps, batch=EAGLE3["batch"], lr=3e-3, warmup=30)
-    losses = train_eagle3(drafter, ids, features, predicted, schedule, args.seed + 5, steps)
+    schedule = Schedule(steps=steps, batch=recipe["batch"], lr=3e-3, warmup=30)
+    losses = train_eagle3(drafter, ids, features, predicted, schedule, seed, ttt_steps)
     save_eagle3(drafter.to(torch.float16), out)
     drafter.float().eval()
-    validation = token_stream(tokenizer, corpus.texts("validation"))
-    val_ids = greedy_continuations(target, validation, 64, prefix, window - prefix, args.seed + 6)
+    val_ids = continuations("validation", 64, prefix, window - prefix, seed + 1)
     val_features, val_predicted = target_states(target, val_ids, layers)
     return {
-        "recipe": EAGLE3,
+        "recipe": recipe,
         "schedule": vars(schedule),
         "trained_on": "the target's greedy continuations of training-split prefixes, labels "
         "its greedy predictions",
         "draft_vocab_coverage": round(float(drafter.t2d[val_ids[:, prefix:]].float().mean()), 4),
-        "final_train_loss": _mean_tail(losses),
-        "validation": evaluate_eagle3(drafter, val_ids, val_features, val_predicted, prefix, steps),
+        "final_train_loss": mean_tail(losses),
+        "validation": evaluate_eagle3(
+            drafter, val_ids, val_features, val_predicted, prefix, ttt_steps
+        ),
     }

@@ -50,13 +50,25 @@ def dflash_drafter(
 
 @torch.no_grad()
 def greedy_continuations(
-    target: PreTrainedModel, stream: torch.Tensor, n: int, prefix: int, new: int, seed: int
+    target: PreTrainedModel,
+    stream: torch.Tensor,
+    n: int,
+    prefix: int,
+    new: int,
+    seed: int,
+    ends: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """[n, prefix + new]: random windows of the stream, each continued greedily by the target."""
+    """[n, prefix + new]: random windows of the stream, each continued greedily by the target;
+    with `ends`, windows end at positions drawn from them (the math world: where a question's
+    `A:` ends, so the continuation is the target's own solution)."""
     g = torch.Generator().manual_seed(seed)
     rows = []
     for start in range(0, n, 64):
-        ids = random_windows(stream, min(64, n - start), prefix, g)
+        ids = (
+            random_windows(stream, min(64, n - start), prefix, g)
+            if ends is None
+            else windows_ending(stream, ends, min(64, n - start), prefix, g)
+        )
         cache = DynamicCache(config=target.config)
         logits = target(input_ids=ids, cache=cache, use_cache=True).logits
         for _ in range(new):
@@ -64,6 +76,15 @@ def greedy_continuations(
             logits = target(input_ids=ids[:, -1:], cache=cache, use_cache=True).logits
         rows.append(ids)
     return torch.cat(rows)
+
+
+def windows_ending(
+    stream: torch.Tensor, ends: torch.Tensor, batch: int, length: int, g: torch.Generator
+) -> torch.Tensor:
+    """[batch, length]: windows of the stream whose last token is at a position of `ends`."""
+    usable = ends[ends >= length - 1]
+    last = usable[torch.randint(0, len(usable), (batch,), generator=g)]
+    return torch.stack([stream[e - length + 1 : e + 1] for e in last.tolist()])
 
 
 @torch.no_grad()

@@ -88,12 +88,17 @@ class Grown:
     growth: Growth
     saved: torch.dtype = torch.float32  # the dtype of its saved weights
     on_gpu: bool = False  # built on a CUDA device where there is one
+    task: str = "tiny_code"  # the world's task, whose first prompts check the growth
 
 
-# The xl world: tiny-xl 192M parameters (tiny: 8.7M), tiny-dlm-xl 177M (tiny-dlm: 0.9M).
+# The xl world: tiny-xl 192M parameters (tiny: 8.7M), tiny-dlm-xl 177M (tiny-dlm: 0.9M); the
+# math world's target and its dLLM (adapted from it, the same shape) grown as tiny is.
+MATH_XL = Growth(width=5, heads=5, mlp=5)
 XL = {
     "tiny-xl": Grown("tiny", Growth(width=5, heads=5, mlp=5)),
     "tiny-dlm-xl": Grown("tiny-dlm", Growth(width=12, heads=12, mlp=12, depth=3)),
+    "tiny-math-xl": Grown("tiny-math", MATH_XL, task="tiny_math"),
+    "tiny-math-dlm-xl": Grown("tiny-math-dlm", MATH_XL, task="tiny_math"),
 }
 # The GPU world, multi-head attention as Llama-2-7B's and LLaDA-8B's: tiny-8b 7.56B parameters
 # (d 4160, 65 heads of 64, MLP 11232, 36 layers: Qwen3-8B's depth), tiny-dlm-8b 7.03B (d 4096,
@@ -117,7 +122,7 @@ GROWN_DRAFTERS = {
     f"{drafter}-{world}": (drafter, target)
     for drafter in ("tiny-dflash", "tiny-eagle3")
     for world, target in WORLDS.items()
-}
+} | {f"tiny-math-{d}-xl": (f"tiny-math-{d}", "tiny-math-xl") for d in ("dflash", "eagle3")}
 
 
 @dataclass(frozen=True)
@@ -498,13 +503,20 @@ CHECK_PROMPTS = 3  # tiny_code prompts every build decodes with the grown model 
 CHECK_TOKENS = 24  # greedy tokens each (a diffusion LM: masked positions after the prompt)
 
 
-def check_prompts(n: int = CHECK_PROMPTS) -> list[list[int]]:
-    """The first `n` tiny_code prompts as tiny's token ids."""
+def check_prompts(
+    source: str = "tiny", task: str = "tiny_code", n: int = CHECK_PROMPTS
+) -> list[list[int]]:
+    """The first `n` prompts of the world's task as the source's token ids."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")
-    lines = (paths.TINY_DIR / "tiny_code.jsonl").read_text().splitlines()[:n]
-    return [tokenizer(json.loads(line)["prompt"])["input_ids"] for line in lines]
+    from specbench.models.tiny.math_corpus import prompt
+
+    tokenizer = AutoTokenizer.from_pretrained(paths.TINY_DIR / source)
+    rows = [
+        json.loads(line) for line in (paths.TINY_DIR / f"{task}.jsonl").read_text().splitlines()[:n]
+    ]
+    texts = [row["prompt"] if "prompt" in row else prompt(row["question"]) for row in rows]
+    return [tokenizer(text)["input_ids"] for text in texts]
 
 
 @torch.no_grad()
@@ -520,10 +532,10 @@ def greedy_tokens(model: PreTrainedModel, ids: list[int]) -> list[int]:
     return out[0, len(ids) :].tolist()
 
 
-def check_growth(source: PreTrainedModel, grown: PreTrainedModel) -> dict:
+def check_growth(source: PreTrainedModel, grown: PreTrainedModel, spec: Grown) -> dict:
     """How many check prompts the grown model (float32, before it is saved) decodes to the
     source's tokens: the growth's function preservation, measured where it was built."""
-    prompts = check_prompts()
+    prompts = check_prompts(spec.source, spec.task)
     same = sum(greedy_tokens(source, ids) == greedy_tokens(grown, ids) for ids in prompts)
     return {"dtype": "float32", "prompts": len(prompts), "tokens": CHECK_TOKENS, "identical": same}
 
@@ -555,12 +567,13 @@ def build_grown(name: str, out: Path) -> None:
     build device, checked against its source there, saved in its dtype."""
     grown = GROWN[name]
     src_dir = paths.TINY_DIR / grown.source
-    cls, grow = (
-        (TinyDLM, grow_dlm) if grown.source == "tiny-dlm" else (LlamaForCausalLM, grow_llama)
+    is_dlm = (
+        json.loads((src_dir / "config.json").read_text())["model_type"] == TinyDLMConfig.model_type
     )
+    cls, grow = (TinyDLM, grow_dlm) if is_dlm else (LlamaForCausalLM, grow_llama)
     source = cls.from_pretrained(src_dir, dtype=torch.float32).to(build_device(grown)).eval()
     model = grow(source, grown.growth)
-    check = check_growth(source, model)
+    check = check_growth(source, model, grown)
     model.to(grown.saved).save_pretrained(out)
     _copy_tokenizer(src_dir, out)
     _provenance(out, grown, model, check=check)
@@ -587,15 +600,13 @@ def _grown_eagle3(source: Path, grown: Grown, out: Path) -> Eagle3Drafter:
     return model
 
 
-GROW_DRAFTER = {"tiny-dflash": _grown_dflash, "tiny-eagle3": _grown_eagle3}
-
-
 def build_grown_drafter(name: str, out: Path) -> None:
     """A drafter grown with its target's residual map, on the target's build device, in the
-    target's saved dtype."""
+    target's saved dtype (an EAGLE-3 checkpoint is in EAGLE's layout, a DFlash one is not)."""
     source, target = GROWN_DRAFTERS[name]
     grown = GROWN[target]
-    model = GROW_DRAFTER[source](paths.TINY_DIR / source, grown, out)
+    eagle = "draft_vocab_size" in json.loads((paths.TINY_DIR / source / "config.json").read_text())
+    model = (_grown_eagle3 if eagle else _grown_dflash)(paths.TINY_DIR / source, grown, out)
     _provenance(out, Grown(source, grown.growth, grown.saved, grown.on_gpu), model)
 
 

@@ -8,11 +8,19 @@ from transformers import PreTrainedTokenizerFast
 EOS, PAD, MASK = "<|endoftext|>", "<|pad|>", "<|mask|>"
 
 
-def train_tokenizer(texts: list[str], vocab_size: int = 4096) -> PreTrainedTokenizerFast:
+def train_tokenizer(
+    texts: list[str], vocab_size: int = 4096, split_digits: bool = False
+) -> PreTrainedTokenizerFast:
     """Special tokens take ids 0 (EOS), 1 (PAD), 2 (MASK); the byte alphabet guarantees that
-    any text round-trips."""
+    any text round-trips. `split_digits` gives every digit a token of its own (the math world:
+    a model adds digit by digit, as Llama's and Qwen's tokenizers make it)."""
     bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.pre_tokenizer = (
+        pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+        if split_digits
+        else byte_level
+    )
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
