@@ -40,6 +40,8 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
 )
 
+from specbench.models.rotary import cast
+
 SPECULATORS_LAYER = "layers.0."
 EAGLE_LAYER = "midlayer."
 
@@ -224,13 +226,14 @@ def drafter_state(state: dict[str, torch.Tensor], mapped: bool) -> dict[str, tor
 
 
 def load_eagle3(directory: Path) -> Eagle3Drafter:
-    """An EAGLE-3 checkpoint of either layout from a local directory, in its stored dtype."""
+    """An EAGLE-3 checkpoint of either layout from a local directory, in its stored dtype, its
+    rotary frequencies float32 (as upstream's and transformers' are, in any dtype)."""
     config = eagle3_config(json.loads((directory / "config.json").read_text()))
     state = drafter_state(read_state(directory), config.draft_vocab_size != config.vocab_size)
     model = Eagle3Drafter(config, "embed_tokens.weight" in state, "fc.bias" in state)
     model.load_state_dict(state, strict=True)
     dtype = state["fc.weight"].dtype
-    return model.to(dtype).eval()
+    return cast(model, dtype).eval()
 
 
 def save_eagle3(

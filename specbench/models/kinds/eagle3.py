@@ -24,6 +24,7 @@ from specbench.models.eagle3 import (
     target_reads,
 )
 from specbench.models.kinds import ModelKind
+from specbench.models.rotary import cast
 from specbench.registry import MODEL_KINDS
 
 WEIGHTS = ("config.json", "*.safetensors", "pytorch_model.bin")
@@ -104,7 +105,7 @@ class Eagle3(ModelKind):
 
     def load(self, cfg: ModelConfig, key: str, device: torch.device, dtype: str) -> Any:
         model = load_eagle3(local_directory(cfg, key))
-        return model.to(device=device, dtype=loading.resolve_dtype(dtype, device))
+        return cast(model, loading.resolve_dtype(dtype, device), device)
 
     def reads_target_layers(self, lm: Eagle3Drafter, target: Any) -> tuple[int, ...]:
         return target_reads(lm.config, target.model)

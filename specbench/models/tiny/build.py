@@ -17,6 +17,7 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrai
 from specbench import paths
 from specbench.models.eagle3 import save_eagle3
 from specbench.models.random_dflash import save_dflash
+from specbench.models.rotary import cast
 from specbench.models.tiny import corpus
 from specbench.models.tiny.cli import STAGES
 from specbench.models.tiny.dflash import (
@@ -73,8 +74,8 @@ def save(
     model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, out: Path, report: dict
 ) -> None:
     """Half precision keeps the committed checkpoints small; loading upcasts to run.dtype."""
-    model.to(torch.float16).save_pretrained(out)
-    model.to(torch.float32)
+    cast(model, torch.float16).save_pretrained(out)
+    cast(model, torch.float32)
     tokenizer.save_pretrained(out)
     (out / "training.json").write_text(json.dumps(report, indent=2) + "\n")
 
@@ -277,8 +278,8 @@ def train_tiny_dflash(
     losses = train_dflash(
         drafter, embedding, ids, features, prefix, schedule, seed, recipe["blocks"]
     )
-    save_dflash(drafter.to(torch.float16), out)
-    drafter.float().eval()
+    save_dflash(cast(drafter, torch.float16), out)
+    cast(drafter, torch.float32).eval()
     val_ids, val_features = data("validation", 128, seed + 1)
     return {
         "recipe": recipe,
@@ -313,8 +314,8 @@ def train_tiny_eagle3(
     head_from_target(drafter, target)
     schedule = Schedule(steps=steps, batch=recipe["batch"], lr=3e-3, warmup=30)
     losses = train_eagle3(drafter, ids, features, predicted, schedule, seed, ttt_steps)
-    save_eagle3(drafter.to(torch.float16), out)
-    drafter.float().eval()
+    save_eagle3(cast(drafter, torch.float16), out)
+    cast(drafter, torch.float32).eval()
     val_ids = continuations("validation", 64, prefix, window - prefix, seed + 1)
     val_features, val_predicted = target_states(target, val_ids, layers)
     return {

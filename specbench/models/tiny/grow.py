@@ -48,7 +48,6 @@ source, and records in `growth.json` how many came out identical (`check`).
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import shutil
@@ -63,6 +62,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PretrainedConfig, PreTra
 
 from specbench import paths
 from specbench.models.eagle3 import Eagle3Drafter, aux_layer_ids, load_eagle3, save_eagle3
+from specbench.models.rotary import cast
 from specbench.models.tiny.dlm import TinyDLM, TinyDLMConfig
 from specbench.registry import register_builtin_model
 
@@ -350,7 +350,7 @@ def _fill(model: PreTrainedModel, parts: Iterable[dict[str, Tensor]]) -> PreTrai
 def _empty(cls: type, config: PretrainedConfig, like: PreTrainedModel) -> PreTrainedModel:
     """A new model of `config` in `like`'s dtype, on its device, in eval mode."""
     with torch.device(like.device):
-        return cls(config).to(like.dtype).eval()
+        return cast(cls(config), like.dtype).eval()
 
 
 @torch.no_grad()
@@ -490,10 +490,8 @@ def grow_eagle3(drafter: Eagle3Drafter, growth: Growth, layers: list[int]) -> Ea
         elif key.endswith("norm.weight"):
             value = res.norm(value)
         grown_state[key] = value
-    model = Eagle3Drafter(config).to(drafter.fc.weight.device, drafter.fc.weight.dtype)
+    model = cast(Eagle3Drafter(config), drafter.fc.weight.dtype, drafter.fc.weight.device)
     model.load_state_dict(grown_state, strict=True)
-    # the heads' rotary frequencies as the source holds them (a bf16 checkpoint's are rounded)
-    model.rotary_emb = copy.deepcopy(drafter.rotary_emb)
     return model.eval()
 
 
@@ -574,7 +572,7 @@ def build_grown(name: str, out: Path) -> None:
     source = cls.from_pretrained(src_dir, dtype=torch.float32).to(build_device(grown)).eval()
     model = grow(source, grown.growth)
     check = check_growth(source, model, grown)
-    model.to(grown.saved).save_pretrained(out)
+    cast(model, grown.saved).save_pretrained(out)
     _copy_tokenizer(src_dir, out)
     _provenance(out, grown, model, check=check)
     del model
@@ -587,16 +585,16 @@ def _grown_dflash(source: Path, grown: Grown, out: Path) -> PreTrainedModel:
 
     src = DFlashDraftModel.from_pretrained(source, dtype=torch.float32)
     model = grow_dflash(src.to(build_device(grown)), grown.growth)
-    model.to(grown.saved).save_pretrained(out)
+    cast(model, grown.saved).save_pretrained(out)
     return model
 
 
 def _grown_eagle3(source: Path, grown: Grown, out: Path) -> Eagle3Drafter:
-    src = load_eagle3(source).float().to(build_device(grown))
+    src = cast(load_eagle3(source), torch.float32, build_device(grown))
     target = LlamaConfig.from_pretrained(paths.TINY_DIR / grown.source)
     layers = aux_layer_ids(src.config, target.num_hidden_layers)
     model = grow_eagle3(src, grown.growth, layers)
-    save_eagle3(model.to(grown.saved), out)
+    save_eagle3(cast(model, grown.saved), out)
     return model
 
 
