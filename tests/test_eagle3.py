@@ -22,10 +22,11 @@ from specbench import paths
 from specbench.backends.vllm.backend import SPECULATIVE
 from specbench.config import ModelConfig
 from specbench.decoding.drafters.eagle3.config import Eagle3Config
-from specbench.decoding.drafters.eagle3.method import Eagle3, Eagle3Proposer
+from specbench.decoding.drafters.eagle3.method import Eagle3, Eagle3Proposer, bind
 from specbench.decoding.plain import AutoregressiveDecoder
 from specbench.decoding.warp import Warp
 from specbench.errors import ConfigError
+from specbench.models.causal import CausalLM
 from specbench.models.eagle3 import (
     Eagle3Drafter,
     aux_layer_ids,
@@ -40,6 +41,7 @@ from specbench.registry import MODEL_KINDS
 
 GOLDENS_DIR = Path(__file__).parent / "goldens" / "eagle3"
 GOLDENS = json.loads((GOLDENS_DIR / "goldens.json").read_text())
+TINY_GOLDENS = json.loads((GOLDENS_DIR / "tiny" / "trees.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +145,59 @@ def test_the_dynamic_tree_equals_upstreams(fixture_drafter) -> None:
         assert len(rows) == len(tree["level_logits"]) == draft.nfe
         for got, want in zip(rows, tree["level_logits"]):
             assert_same_rows(got, want)
+
+
+def tiny_eagle3() -> tuple[CausalLM, Eagle3Drafter, tuple[int, ...]]:
+    """tiny-eagle3 (stored in float16) as `drafter=tiny-eagle3` loads it for `target=tiny` in
+    float32, bound to the target."""
+    target = builtin("tiny")
+    drafter = MODEL_KINDS["eagle3"]().load(
+        ModelConfig(name="tiny-eagle3", name_or_path="specbench:tiny-eagle3", kind="eagle3"),
+        "drafter",
+        torch.device("cpu"),
+        "float32",
+    )
+    return target, drafter, bind(drafter, target)
+
+
+@pytest.fixture(scope="module")
+def tiny_drafts() -> list[tuple[dict, object, torch.Tensor]]:
+    """Per golden cut: its case, specbench's tree (upstream's settings, no stop tokens: a
+    drafter's function) and the context forward's draft logits."""
+    target, drafter, reads = tiny_eagle3()
+    settings = TINY_GOLDENS["source"]["settings"]
+    drafts = []
+    for prompt in TINY_GOLDENS["prompts"]:
+        ids = torch.tensor([prompt["ids"]])
+        with torch.no_grad():
+            states = target.model(ids, output_hidden_states=True).hidden_states
+        features = torch.cat([states[i + 1] for i in reads], -1)[0]
+        for cut in prompt["cuts"]:
+            length = cut["length"]
+            tree = proposer(drafter, settings["top_k"], settings["total_tokens"] - 1)
+            tree.observe(features[: length - 1])
+            draft, rows = recorded(tree, prompt["ids"][:length], settings["depth"] + 1)
+            drafts.append((cut, draft, rows[0][0]))
+    return drafts
+
+
+def test_the_tiny_drafters_logits_equal_upstreams(tiny_drafts) -> None:
+    """The committed drafter, stored in float16 and run in float32, is upstream's function:
+    its rotary frequencies are float32, not rounded by the storage dtype (a rounded table moves
+    these logits by about 2e-3)."""
+    golden = load_file(GOLDENS_DIR / "tiny" / "logits.safetensors")["context"]
+    for cut, _, logits in tiny_drafts:
+        want = golden[cut["logits_row"]]
+        torch.testing.assert_close(logits, want, atol=1e-4, rtol=0)
+
+
+def test_the_tiny_drafters_trees_equal_upstreams_node_for_node(tiny_drafts) -> None:
+    """Every cut's tree has upstream's nodes: where two nodes' scores are close at the budget
+    edge, a rounded rotary table swaps one."""
+    for cut, draft, _ in tiny_drafts:
+        tree = cut["tree"]
+        assert paths_of(draft.tokens, draft.parents) == paths_of(tree["tokens"], tree["parents"])
+        assert len(draft.tokens) == len(tree["tokens"])
 
 
 def test_the_target_layers_follow_upstreams_rule_unless_named() -> None:
@@ -253,13 +308,7 @@ def test_greedy_eagle3_equals_the_targets_greedy_output(cfg) -> None:
     embeddings): token-identical to the target's greedy decoding, drafts accepted."""
     from transformers import AutoTokenizer
 
-    target = builtin("tiny")
-    drafter = MODEL_KINDS["eagle3"]().load(
-        ModelConfig(name="tiny-eagle3", name_or_path="specbench:tiny-eagle3", kind="eagle3"),
-        "drafter",
-        torch.device("cpu"),
-        "float32",
-    )
+    target, drafter, _ = tiny_eagle3()
     tokenizer = AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny")
     rows = [json.loads(line) for line in (paths.TINY_DIR / "tiny_code.jsonl").open()][:4]
     decoder = Eagle3(cfg, Warp()).build(target, drafter, None)
