@@ -16,6 +16,8 @@ from specbench.registry import METHODS, discover
 
 EXPERIMENTS = sorted(p.stem for p in (paths.CONF_DIR / "experiment").glob("*.yaml"))
 TINY_MODELS = {"tiny", "tiny-ar", "tiny-dlm", "tiny-dflash", "tiny-eagle3", "none"}
+TINY_MODELS |= {name.replace("tiny", "tiny-math", 1) for name in TINY_MODELS - {"none"}}
+TINY_TASKS = {"tiny_code", "tiny_math"}
 SUBSTITUTE = {"causal": "tiny", "diffusion": "tiny-dlm"}
 DRAFTER = {
     "causal": "tiny-ar",
@@ -35,6 +37,13 @@ def first_cell(name: str) -> list[str]:
     return [f"{key}={str(value).split(',')[0]}" for key, value in params.items()]
 
 
+def stand_in(name: str, by_kind: str) -> str:
+    """The tiny model a preset's model stands for: an xl model's source (the world's own
+    tokenizer), else the tiny world's model of its kind."""
+    source = name.removesuffix("-xl")
+    return source if source in TINY_MODELS else by_kind
+
+
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_preset_validates_and_runs_on_tiny_substitutes(name: str, tmp_path) -> None:
     cell = [f"experiment={name}", *first_cell(name)]
@@ -47,10 +56,10 @@ def test_every_preset_validates_and_runs_on_tiny_substitutes(name: str, tmp_path
     tokens = 48 if real.drafter.kind == "dflash" else 16
     substitutes = ["run.limit=1", f"run.max_new_tokens={tokens}", f"run.results_dir={tmp_path}"]
     if real.target.name not in TINY_MODELS:
-        substitutes.append(f"target={SUBSTITUTE[real.target.kind]}")
+        substitutes.append(f"target={stand_in(real.target.name, SUBSTITUTE[real.target.kind])}")
     if real.drafter.name not in TINY_MODELS:
-        substitutes.append(f"drafter={DRAFTER[real.drafter.kind]}")
-    if real.task.name != "tiny_code":
+        substitutes.append(f"drafter={stand_in(real.drafter.name, DRAFTER[real.drafter.kind])}")
+    if real.task.name not in TINY_TASKS:
         substitutes.append("task=tiny_code")
     # a serving engine's cells run in tests/test_vllm.py, tests/test_llamacpp_servers.py
     if real.backend.name in ("vllm", "llamacpp"):

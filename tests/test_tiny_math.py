@@ -139,3 +139,22 @@ def test_every_stage_of_the_math_world_trains_on_a_tiny_budget(tmp_path, monkeyp
     assert (
         len(rows) == 500 and rows[0]["question"] == math_corpus.problems("heldout", 1)[0].question
     )
+
+
+def test_the_committed_target_scores_what_its_training_json_says() -> None:
+    """The committed tiny-math, decoded greedily on the first held-out problems, scores the
+    accuracy its training recorded (the same decoding, loaded from the half-precision file)."""
+    import json
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from specbench import paths
+    from specbench.models.tiny import math_world
+
+    directory = paths.TINY_DIR / "tiny-math"
+    recorded = json.loads((directory / "training.json").read_text())["heldout"]
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    measured = math_world.accuracy(model, tokenizer, "heldout", recorded["answer_problems"])
+    assert abs(measured - recorded["answer_accuracy"]) <= 0.05
