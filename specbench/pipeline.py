@@ -24,6 +24,7 @@ from specbench.devices import check_device, resolve_device
 from specbench.errors import ConfigError
 from specbench.evaluate import Arms, Job, evaluate, warm_up
 from specbench.method import Method
+from specbench.metrics import intervals
 from specbench.metrics.summary import summarize
 from specbench.models import loading
 from specbench.models.kinds import kind_of
@@ -259,8 +260,10 @@ def summarise(plan: Plan, job: Job, env: dict[str, Any]) -> Summary:
     method, config = plan.method, plan.config
     wanted = {s.id for s in plan.samples}
     records = [r for r in plan.store.records if r.id in wanted]
+    metrics = summarize(records, greedy=method.warp.greedy, round_unit=method.round_unit)
     summary = Summary.of(
-        summarize(records, greedy=method.warp.greedy, round_unit=method.round_unit),
+        intervals.with_intervals(metrics, records),
+        bootstrap=intervals.settings(),
         run_id=plan.run_id,
         method=method.name,
         label=method.label(),
