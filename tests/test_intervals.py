@@ -134,15 +134,15 @@ def test_every_interval_is_around_the_summarys_own_point() -> None:
     metrics = with_intervals(summarize(recs, True, "tokens"), recs)
     columns = metrics.columns()
     stats_of = intervals.statistics(metrics)
-    data = intervals._columns(recs, metrics)
+    data = intervals.columns(recs, metrics)
     for path, statistic in stats_of.items():
-        shown = intervals._at(columns, path)
+        shown = intervals.at(columns, path)
         assert stats.point(data, statistic) == pytest.approx(shown), path
         lo, hi = metrics.intervals[intervals.key(path)]
         assert lo <= shown <= hi, path
     for rate in ("lossless_rate", "tie_flip_rate", "vs.one_token_per_step.identical_rate"):
         assert metrics.intervals[rate] == wilson(
-            round(intervals._at(columns, tuple(rate.split("."))) * 30), 30
+            round(intervals.at(columns, tuple(rate.split("."))) * 30), 30
         )
     assert {"speedup", "quality.nll", "baseline_quality.nll", "nfe_reduction"} <= set(
         metrics.intervals

@@ -83,7 +83,8 @@ def _flat(arm: str, path: tuple[str, ...]) -> tuple[str, ...]:
     return ("vs", arm, *path)
 
 
-def _at(columns: dict[str, Any], path: tuple[str, ...]) -> Any:
+def at(columns: dict[str, Any], path: tuple[str, ...]) -> Any:
+    """The value at `path` in a summary's columns; None where there is none."""
     for key in path:
         if not isinstance(columns, dict) or key not in columns:
             return None
@@ -102,10 +103,11 @@ def _rates(records: list[Record], metrics: Metrics) -> dict[tuple[str, ...], lis
     return {path: wilson(k, n, BOOTSTRAP.level) for path, k in shares.items()}
 
 
-def _columns(records: list[Record], metrics: Metrics) -> dict[str, np.ndarray]:
-    names = sorted(metrics.quality)
-    columns = _arm_columns([r.method for r in records], "", names)
-    columns.update(
+def columns(records: list[Record], metrics: Metrics) -> dict[str, np.ndarray]:
+    """The per-sample columns `statistics` read: the method arm's unprefixed, with its
+    drafter calls and rounds, and each other arm of `metrics` under its name (`baseline:new`)."""
+    out = _arm_columns([r.method for r in records], "", sorted(metrics.quality))
+    out.update(
         {
             "drafter_calls": np.asarray([r.drafter_calls for r in records], dtype=float),
             "rounds": np.asarray([len(r.drafted_per_round) for r in records], dtype=float),
@@ -115,8 +117,8 @@ def _columns(records: list[Record], metrics: Metrics) -> dict[str, np.ndarray]:
     )
     for arm, versus in metrics.vs.items():
         arms = [r.baseline if arm == BASELINE else r.references[arm] for r in records]
-        columns.update(_arm_columns(arms, f"{arm}:", sorted(versus.quality)))
-    return columns
+        out.update(_arm_columns(arms, f"{arm}:", sorted(versus.quality)))
+    return out
 
 
 def statistics(metrics: Metrics) -> dict[tuple[str, ...], Statistic]:
@@ -142,9 +144,9 @@ def intervals(records: list[Record], metrics: Metrics) -> dict[str, list[float]]
     if len(records) < MIN_SAMPLES:
         return {}
     shown = metrics.columns()
-    wanted = {p: s for p, s in statistics(metrics).items() if _at(shown, p) is not None}
-    found = BOOTSTRAP.intervals(_columns(records, metrics), wanted)
-    found.update({p: ci for p, ci in _rates(records, metrics).items() if _at(shown, p) is not None})
+    wanted = {p: s for p, s in statistics(metrics).items() if at(shown, p) is not None}
+    found = BOOTSTRAP.intervals(columns(records, metrics), wanted)
+    found.update({p: ci for p, ci in _rates(records, metrics).items() if at(shown, p) is not None})
     return {key(p): ci for p, ci in found.items() if ci is not None}
 
 

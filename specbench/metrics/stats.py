@@ -124,10 +124,15 @@ class Difference:
     p_value: float
     n: int
 
+    level: float = Bootstrap.level
+
     @property
     def resolved(self) -> bool:
-        """Whether the interval excludes zero: the two cells are distinguishable here."""
-        return self.interval is not None and (self.interval[0] > 0 or self.interval[1] < 0)
+        """Whether the two cells are told apart: the interval excludes zero and the
+        permutation test rejects exchangeability at the same level (with few samples and a
+        difference made by a handful of them, a percentile interval can exclude zero alone)."""
+        outside = self.interval is not None and (self.interval[0] > 0 or self.interval[1] < 0)
+        return outside and self.p_value < 1 - self.level
 
 
 def paired_difference(
@@ -160,6 +165,7 @@ def paired_difference(
         interval=bootstrap.interval(diff(weighted_sums(weights, ma), weighted_sums(weights, mb))),
         p_value=float((1 + extreme) / (1 + permutations)),
         n=len(ma),
+        level=bootstrap.level,
     )
 
 
@@ -170,15 +176,18 @@ def per_sample_sd(interval: list[float], n: int, level: float = Bootstrap.level)
 
 
 def samples_needed(
-    sd: float, delta: float, level: float = Bootstrap.level, power: float = POWER
+    sd: float, delta: float, paired: bool = False, level: float = Bootstrap.level
 ) -> int:
-    """Samples each of two cells needs for a difference of `delta` to be resolved (a `level`
-    interval of the difference excluding zero) with probability `power`, each cell's samples
-    spreading by `sd` and the two cells taken as independent (pairing on shared samples can
-    only narrow it)."""
-    return math.ceil(2 * ((z_score(level) + NormalDist().inv_cdf(power)) * sd / delta) ** 2)
+    """Samples for a difference of `delta` between two cells to be resolved (a `level`
+    interval of the difference excluding zero) with probability `POWER`. `sd` is one cell's
+    per-sample spread, the two cells taken as independent; with `paired`, it is the spread of
+    the two cells' per-sample difference on shared samples (`paired_difference`), which their
+    shared sample-to-sample spread does not enter."""
+    cells = 1 if paired else 2
+    return math.ceil(cells * ((z_score(level) + NormalDist().inv_cdf(POWER)) * sd / delta) ** 2)
 
 
-def resolvable(sd: float, n: int, level: float = Bootstrap.level, power: float = POWER) -> float:
-    """The smallest difference two cells of n samples each resolve with probability `power`."""
-    return (z_score(level) + NormalDist().inv_cdf(power)) * sd * math.sqrt(2 / n)
+def resolvable(sd: float, n: int, level: float = Bootstrap.level) -> float:
+    """The smallest difference two independent cells of n samples each resolve with
+    probability `POWER`."""
+    return (z_score(level) + NormalDist().inv_cdf(POWER)) * sd * math.sqrt(2 / n)

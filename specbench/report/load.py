@@ -61,16 +61,21 @@ def read_run(run_dir: Path) -> dict:
         ) from None
 
 
-def current(run_dir: Path, summary: Summary) -> Summary:
-    """A summary written before intervals existed (schema 1) with them, from its records (the
-    first `n_samples` distinct samples, the ones it summarised); no model runs."""
-    path = run_dir / "records.jsonl"
-    if summary.schema >= SCHEMA or not path.exists():
-        return summary
+def current_records(run_dir: Path, summary: Summary) -> list[Record]:
+    """The records a summary was made from: the first `n_samples` distinct samples of its
+    records.jsonl (a run resumed with a smaller `run.limit` summarises fewer than it holds)."""
     first: dict[str, dict] = {}
-    for row in read_records(path):
+    for row in read_records(run_dir / "records.jsonl"):
         first.setdefault(row["id"], row)
-    records = [Record.from_json(row) for row in list(first.values())[: summary.n_samples]]
+    return [Record.from_json(row) for row in list(first.values())[: summary.n_samples]]
+
+
+def current(run_dir: Path, summary: Summary) -> Summary:
+    """A summary written before intervals existed (schema 1) with them, from its records; no
+    model runs."""
+    if summary.schema >= SCHEMA or not (run_dir / "records.jsonl").exists():
+        return summary
+    records = current_records(run_dir, summary)
     return replace(intervals.with_intervals(summary, records), bootstrap=intervals.settings())
 
 
