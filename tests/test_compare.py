@@ -5,10 +5,12 @@ leaderboards bracket values and mark ties, `compare` tells two cells on the same
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from test_report import record, write_run
 
 from specbench.report import cli, leaderboard, pareto
@@ -118,9 +120,18 @@ def test_compare_refuses_cells_whose_samples_differ_in_one_line(tmp_path: Path, 
 
 
 def test_power_sizes_a_speedup_difference_from_the_runs_spread(tmp_path: Path, capsys) -> None:
+    """From the interval's half-width: sd = half-width x sqrt(n) / 1.96; two independent cells
+    need 2 ((1.96 + 0.84) sd / delta)^2 samples each, and n of them resolve
+    (1.96 + 0.84) sd sqrt(2 / n)."""
     run(tmp_path, SPS, samples(1.5))
+    row = load_runs(tmp_path).iloc[0]
+    lo, hi = (row[c] for c in bounds("speedup"))
+    sd = (hi - lo) / 2 / 1.959964 * math.sqrt(12)
     assert cli.main(["--results", str(tmp_path), "--out", str(tmp_path / "o"), "power"]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if "sps γ4" in line)
-    cells = row.split(" | ")
-    n, needed, resolves = int(cells[2]), int(cells[-1].strip(" |")), float(cells[-2][:-1])
-    assert n == 12 and resolves > 0.05 and needed > n  # 12 samples resolve less than 0.05x
+    line = next(x for x in capsys.readouterr().out.splitlines() if "sps γ4" in x)
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert int(cells[2]) == 12
+    assert float(cells[5].rstrip("x")) == pytest.approx(
+        2.801585 * sd * math.sqrt(2 / 12), abs=0.006
+    )
+    assert int(cells[6]) == math.ceil(2 * (2.801585 * sd / 0.05) ** 2)
