@@ -141,5 +141,11 @@ def print_summary(summary: Summary, run_dir: Any) -> None:
             f"{summary.n_samples} samples ({settings['resamples']} resamples, seed "
             f"{settings['seed']}); shares of samples: Wilson[/dim]"
         )
+    if summary.contended:
+        during = summary.load["during"]
+        console.print(
+            f"[bold red]contended[/bold red]: other processes used {during['others']:.0%} of "
+            f"the CPU while the arms were timed (load average {during['load_1m']:.1f})"
+        )
     console.print(f"[dim]{summary.env}[/dim]")
     console.print(f"records: {run_dir}")

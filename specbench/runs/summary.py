@@ -203,6 +203,10 @@ class Summary(Metrics):
     predicted_speedup: float | None = None
     prediction_gap: float | None = None
     prediction_flag: bool | None = None
+    # the machine's load before, across and after the timed arms (`runs.load`), and whether
+    # other work shared the machine with them (None: not sampled, as before schema 2)
+    load: dict[str, Any] = field(default_factory=dict)
+    contended: bool | None = None
     schema: int = SCHEMA
     bootstrap: dict[str, Any] = field(default_factory=dict)  # how `intervals` were made
 
