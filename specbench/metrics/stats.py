@@ -109,12 +109,6 @@ def wilson(k: int, n: int, level: float = Bootstrap.level) -> list[float]:
     return [max(0.0, centre - half), min(1.0, centre + half)]
 
 
-def point(columns: dict[str, np.ndarray], statistic: Statistic) -> float:
-    """The statistic over all samples once (every weight 1)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return float(statistic({k: np.asarray([v.sum()]) for k, v in columns.items()})[0])
-
-
 @dataclass(frozen=True)
 class Difference:
     """A statistic of cell A minus the same of cell B on the same samples."""
