@@ -18,11 +18,16 @@ def test_other_processes_share_is_busy_time_less_this_processs_own() -> None:
     a = Snapshot(busy=100.0, total=1000.0, steal=5.0, own=50.0, load_1m=0.5)
     b = Snapshot(busy=114.0, total=1020.0, steal=6.0, own=54.0, load_1m=3.0)
     assert between(a, b) == {"load_1m": 3.0, "others": 0.5, "steal": 0.05}
+    assert between(a, a) is None  # nothing timed: no share to give
 
 
 def test_nothing_sampled_marks_nothing() -> None:
     assert load.contended({}) is None
-    assert load.contended({"during": {"others": 0.1, "steal": 0.0, "load_1m": 1.0}}) is False
+    quiet = {"others": 0.1, "steal": 0.0, "load_1m": 1.0}
+    busy = {"others": 0.9, "steal": 0.0, "load_1m": 4.0}
+    assert load.contended({"before": quiet, "during": quiet, "after": quiet}) is False
+    # a resumed run that timed nothing, on a busy machine: marked from the windows around it
+    assert load.contended({"before": busy, "during": None, "after": busy}) is True
 
 
 @pytest.mark.skipif(Snapshot.now() is None, reason="no /proc: nothing is sampled")

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specbench.runs.acceptance import Acceptance
+from specbench.runs.load import busiest
 from specbench.runs.summary import BASELINE, GAP, TOGETHER, Metrics, Summary
 
 COLUMNS = {  # header: (metric, format)
@@ -142,10 +143,10 @@ def print_summary(summary: Summary, run_dir: Any) -> None:
             f"{settings['seed']}); shares of samples: Wilson[/dim]"
         )
     if summary.contended:
-        during = summary.load["during"]
+        worst = busiest(summary.load)
         console.print(
-            f"[bold red]contended[/bold red]: other processes used {during['others']:.0%} of "
-            f"the CPU while the arms were timed (load average {during['load_1m']:.1f})"
+            f"[bold red]contended[/bold red]: other processes used {worst['others']:.0%} of "
+            f"the CPU beside the timed arms (load average {worst['load_1m']:.1f})"
         )
     console.print(f"[dim]{summary.env}[/dim]")
     console.print(f"records: {run_dir}")

@@ -6,7 +6,8 @@ before the timed arms, across them and after them: the 1-minute load average, th
 the machine's CPU time other processes used (all cores' busy time less this process's own
 and its children's), and the share the hypervisor stole. A run whose arms shared the machine
 past `CONTENDED` is marked `contended` in its summary, and the cost model is not fitted on its
-timings. Where /proc is missing (macOS) nothing is sampled and nothing is marked.
+timings. A window contended before or after the arms marks the run too: the machine was busy
+around them. Where /proc is missing (macOS) nothing is sampled and nothing is marked.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 # shared the machine
 CONTENDED = {"others": 0.25, "steal": 0.05}
 WINDOW_S = 0.5  # the span sampled before and after the timed arms
+MEASURABLE_S = 0.1  # all cores' seconds below which the counters' ticks say nothing
 
 
 @dataclass(frozen=True)
@@ -56,10 +58,13 @@ class Snapshot:
         )
 
 
-def between(a: Snapshot, b: Snapshot) -> dict[str, float]:
+def between(a: Snapshot, b: Snapshot) -> dict[str, float] | None:
     """From `a` to `b`: the load average at the end, other processes' share of all cores' CPU
-    time and the stolen share."""
-    total = max(b.total - a.total, 1e-9)
+    time and the stolen share; None over too short a span to count (a resumed run with
+    nothing left to time)."""
+    total = b.total - a.total
+    if total < MEASURABLE_S:
+        return None
     others = (b.busy - a.busy) - (b.own - a.own)
     return {
         "load_1m": b.load_1m,
@@ -69,12 +74,13 @@ def between(a: Snapshot, b: Snapshot) -> dict[str, float]:
 
 
 def contended(load: dict[str, Any]) -> bool | None:
-    """Whether the timed arms shared the machine (`CONTENDED`); None where nothing was
-    sampled."""
-    during = load.get("during")
-    if not during:
+    """Whether the timed arms shared the machine (`CONTENDED`) in any window sampled: before
+    and after them too, since a resumed run may time nothing across its own block; None
+    where nothing was sampled."""
+    windows = [w for w in load.values() if w]
+    if not windows:
         return None
-    return any(during[k] > limit for k, limit in CONTENDED.items())
+    return any(w[k] > limit for w in windows for k, limit in CONTENDED.items())
 
 
 def _window() -> dict[str, float] | None:
@@ -100,11 +106,16 @@ def sampled() -> Iterator[dict[str, Any]]:
     load["after"] = _window()
 
 
+def busiest(load: dict[str, Any]) -> dict[str, float]:
+    """The sampled window in which other processes took the most of the machine."""
+    return max((w for w in load.values() if w), key=lambda w: w["others"] + w["steal"])
+
+
 def warning(load: dict[str, Any]) -> str:
     """The one line a contended run prints."""
-    during = load["during"]
+    worst = busiest(load)
     return (
-        f"specbench: warning: other processes used {during['others']:.0%} of the machine's CPU "
-        f"(steal {during['steal']:.0%}, load average {during['load_1m']:.1f}) while the arms "
-        "were timed; the summary is marked contended and no cost model is fitted on its timings"
+        f"specbench: warning: other processes used {worst['others']:.0%} of the machine's CPU "
+        f"(steal {worst['steal']:.0%}, load average {worst['load_1m']:.1f}) beside the timed "
+        "arms; the summary is marked contended and no cost model is fitted on its timings"
     )
