@@ -24,10 +24,12 @@ from specbench.devices import check_device, resolve_device
 from specbench.errors import ConfigError
 from specbench.evaluate import Arms, Job, evaluate, warm_up
 from specbench.method import Method
+from specbench.metrics import intervals
 from specbench.metrics.summary import summarize
 from specbench.models import loading
 from specbench.models.kinds import kind_of
 from specbench.registry import BACKEND_CONFIGS, BACKENDS, METHODS, discover
+from specbench.runs import load
 from specbench.runs.console import print_summary
 from specbench.runs.env import environment, fingerprint
 from specbench.runs.machine import capped, of_env
@@ -259,8 +261,10 @@ def summarise(plan: Plan, job: Job, env: dict[str, Any]) -> Summary:
     method, config = plan.method, plan.config
     wanted = {s.id for s in plan.samples}
     records = [r for r in plan.store.records if r.id in wanted]
+    metrics = summarize(records, greedy=method.warp.greedy, round_unit=method.round_unit)
     summary = Summary.of(
-        summarize(records, greedy=method.warp.greedy, round_unit=method.round_unit),
+        intervals.with_intervals(metrics, records),
+        bootstrap=intervals.settings(),
         run_id=plan.run_id,
         method=method.name,
         label=method.label(),
@@ -274,8 +278,11 @@ def summarise(plan: Plan, job: Job, env: dict[str, Any]) -> Summary:
         workload=asdict(plan.task.workload(plan.samples)),
         env=fingerprint(env),
         machine=of_env(env).label(),
+        load=env.get("load", {}),
+        contended=load.contended(env.get("load", {})),
     )
-    if records and summary.base and summary.base.speedup and backend_of(config).predicts:
+    fit = records and summary.base and summary.base.speedup and not summary.contended
+    if fit and backend_of(config).predicts:
         prompt = plan.prompt_ids[plan.samples[0].id]
         summary = replace(summary, **method.cost_model(job.arms.method, prompt, summary))
     return summary
@@ -357,13 +364,17 @@ def measure_arms(plan: Plan, target: Any, arms: Arms, engine: dict) -> Summary:
         plan.identity,
     )
     try:
-        evaluate(job, plan.store, mirror)
+        with load.sampled() as env["load"]:
+            evaluate(job, plan.store, mirror)
     except KeyboardInterrupt:
         mirror.interrupted()
         raise
     except Exception:
         mirror.failed()
         raise
+    plan.store.write_json("env.json", env)
+    if load.contended(env["load"]):
+        print(load.warning(env["load"]), file=sys.stderr)
     summary = summarise(plan, job, env)
     plan.store.write_json("summary.json", summary.to_json())
     mirror.finish([r for r in plan.store.records if r.id in {s.id for s in plan.samples}], summary)

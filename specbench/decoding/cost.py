@@ -33,9 +33,7 @@ import torch
 
 from specbench.metrics.speed import synchronize
 from specbench.models.causal import ancestor_mask
-from specbench.runs.summary import Metrics
-
-GAP = 0.10  # a measured speedup further than this from the prediction is flagged
+from specbench.runs.summary import GAP, Metrics
 
 
 def median_ms(
@@ -57,12 +55,18 @@ def median_ms(
     return statistics.median(times)
 
 
-def verdict(predicted: float, measured: float | None) -> dict[str, Any]:
+def verdict(
+    predicted: float, measured: float | None, interval: list[float] | None = None
+) -> dict[str, Any]:
+    """The prediction beside the measured speedup: flagged where the two are more than `GAP`
+    apart and the prediction lies outside the measured speedup's `interval` (a gap the
+    samples' own spread could make is not evidence against the model)."""
     gap = None if measured is None else measured / predicted - 1
+    outside = interval is None or not interval[0] <= predicted <= interval[1]
     return {
         "predicted_speedup": predicted,
         "prediction_gap": gap,
-        "prediction_flag": gap is not None and abs(gap) > GAP,
+        "prediction_flag": gap is not None and abs(gap) > GAP and outside,
     }
 
 
@@ -138,7 +142,10 @@ def speculative(
     }
     calls = summary.nfe_drafter * summary.n_samples / rounds
     predicted = predict_speculative(summary.accept_by_position[:n], calls, forward_ms, verified)
-    return {"forward_ms": forward_ms, **verdict(predicted, summary.base.speedup)}
+    return {
+        "forward_ms": forward_ms,
+        **verdict(predicted, summary.base.speedup, summary.intervals.get("speedup")),
+    }
 
 
 def draft_contexts(context: list[int], room: int, grow: int, n: int) -> list[list[int]]:
@@ -181,4 +188,7 @@ def block(decoder: Any, prompt_ids: list[int], summary: Metrics) -> dict[str, An
     predicted = (summary.tpf / summary.base.tpf) * (
         forward_ms["call_1_row"] / forward_ms[f"call_{rows}_rows"]
     )
-    return {"forward_ms": forward_ms, **verdict(predicted, summary.base.speedup)}
+    return {
+        "forward_ms": forward_ms,
+        **verdict(predicted, summary.base.speedup, summary.intervals.get("speedup")),
+    }

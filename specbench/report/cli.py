@@ -6,6 +6,8 @@ specbench-report acceptance             # histograms and per-position acceptance
 specbench-report agreement              # cells run on two backends (specbench's, vLLM), compared
 specbench-report figures                # every spec in experiments/ and the README's headline
                                         # table (also `make figures`)
+specbench-report compare RUN_A RUN_B    # two cells on the same samples: paired differences
+specbench-report power --delta 0.05     # samples each cell needs to resolve a speedup difference
 """
 
 from __future__ import annotations
@@ -89,7 +91,20 @@ def run(argv: list[str] | None) -> int:
     )
     f = sub.add_parser("figures", help="every spec in experiments/, from stored results only")
     f.add_argument("--specs", default=str(paths.EXPERIMENTS_DIR))
+    c = sub.add_parser("compare", help="two cells on the same samples: paired differences")
+    c.add_argument("a", help="a run directory, or a run id under --results")
+    c.add_argument("b", help="a run directory, or a run id under --results")
+    w = sub.add_parser("power", help="samples each cell needs to resolve a speedup difference")
+    w.add_argument("--delta", type=float, help="the speedup difference (default 0.05x)")
     args = parser.parse_args(argv)
+    if args.command == "power" and args.delta is not None and args.delta <= 0:
+        raise ReportError(f"--delta {args.delta:g}: must be a speedup difference above 0")
+    if args.command == "compare":  # prints only: nothing written under --out
+        from specbench.report import compare
+
+        a, b = (compare.Cell.read(compare.locate(x, Path(args.results))) for x in (args.a, args.b))
+        print(compare.report(a, b))
+        return 0
     out = Path(args.out)
     writable(out)
     # pandas and matplotlib are imported once the arguments hold, so a refusal is fast
@@ -129,6 +144,13 @@ def run(argv: list[str] | None) -> int:
 
             written = leaderboard.write(runs, out)
             print(written[0].read_text())  # the Markdown tables, on the terminal too
+        elif args.command == "power":
+            from specbench.report import power
+
+            written = [out / "power.md"]
+            written[0].parent.mkdir(parents=True, exist_ok=True)
+            written[0].write_text(power.table(runs, args.delta or power.DELTA))
+            print(written[0].read_text())
         elif args.command == "agreement":
             from specbench.report import agreement
 

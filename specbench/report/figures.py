@@ -22,7 +22,7 @@ import yaml
 
 from specbench import paths
 from specbench.report import acceptance, aup, curves, leaderboard, pareto
-from specbench.report.load import by_machine, higher_is_better, load_runs
+from specbench.report.load import bounds, by_machine, higher_is_better, load_runs
 
 
 class MissingCells(Exception):
@@ -120,7 +120,7 @@ def headline(spec: dict, cells: pd.DataFrame, out: Path) -> Path:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for entry in spec["cells"]:
         row = select(cells, entry).iloc[0]
-        values = ["-" if pd.isna(row.get(c)) else f"{row[c]:.2f}" for c in spec["columns"]]
+        values = [with_interval(row, c, ".2f") for c in spec["columns"]]
         base = row.get(f"baseline.{spec['quality']}")
         claim = (
             f"yes, w.r.t. {row.get('lossless_wrt') or 'its baseline'}" if row["lossless"] else "no"
@@ -128,12 +128,21 @@ def headline(spec: dict, cells: pd.DataFrame, out: Path) -> Path:
         lines.append(
             f"| {row['cell']} | "
             + " | ".join(values)
-            + f" | {row[quality]:.3f} ({base:.3f}) | {claim} |"
+            + f" | {with_interval(row, quality, '.3f')} ({base:.3f}) | {claim} |"
         )
     path = out / f"{spec['name']}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def with_interval(row: pd.Series, column: str, spec: str) -> str:
+    """A value and, where its run has one, its 95% interval: `2.37 [2.09, 2.67]`."""
+    lo, hi = bounds(column)
+    if pd.isna(row.get(column)):
+        return "-"
+    text = format(row[column], spec)
+    return text if pd.isna(row.get(lo)) else f"{text} [{row[lo]:{spec}}, {row[hi]:{spec}}]"
 
 
 def update_readme(readme: Path, table: Path) -> None:

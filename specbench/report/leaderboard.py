@@ -1,14 +1,17 @@
-"""Leaderboards: one table per task, rows = cells, speed and quality columns, the best value of
-each column marked, the environment line under the table; Markdown, CSV and LaTeX."""
+"""Leaderboards: one table per task, rows = cells, speed and quality columns, each value with
+its 95% interval where the run has one, the best value of each column marked and the values
+whose intervals overlap the best's marked as ties, the environment line under the table;
+Markdown, CSV (the intervals' ends as columns) and LaTeX."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from specbench.report import ReportError
-from specbench.report.load import disambiguate, higher_is_better
+from specbench.report.load import bounds, disambiguate, higher_is_better
 from specbench.runs.summary import TOGETHER, Workload
 
 SPEED = {
@@ -44,10 +47,15 @@ def speed_columns(rows: pd.DataFrame) -> dict[str, bool]:
     return {c: d for c, d in present.items() if rows[c].notna().any()}
 
 
+def _cells(runs: pd.DataFrame, task: str) -> pd.DataFrame:
+    """The task's runs, indexed by their display names."""
+    rows = runs[runs["task"] == task]
+    return rows.assign(cell=disambiguate(rows, "run_id")).set_index("cell")
+
+
 def table(runs: pd.DataFrame, task: str) -> tuple[pd.DataFrame, dict[str, bool]]:
     """The task's cells and each column's direction (True = higher is better)."""
-    rows = runs[runs["task"] == task]
-    rows = rows.assign(cell=disambiguate(rows, "run_id")).set_index("cell")
+    rows = _cells(runs, task)
     quality = [c for c in rows.columns if c.startswith("quality.") and rows[c].notna().any()]
     directions = {
         **speed_columns(rows),
@@ -102,24 +110,100 @@ def best(frame: pd.DataFrame, directions: dict[str, bool]) -> pd.DataFrame:
     return marks
 
 
-def _text(frame: pd.DataFrame, marks: pd.DataFrame, bold: tuple[str, str]) -> pd.DataFrame:
-    shown = frame.map(lambda v: "-" if pd.isna(v) else f"{v:.3g}")
-    return shown.where(~marks, bold[0] + shown + bold[1])
+def intervals(runs: pd.DataFrame, task: str, frame: pd.DataFrame) -> Intervals:
+    """The 95% interval of each value of the task's table (NaN where a run has none)."""
+    rows = _cells(runs, task)
+    ends = [
+        rows.reindex(columns=[bounds(c)[end] for c in frame.columns]).astype(float)
+        for end in (0, 1)
+    ]
+    for part in ends:
+        part.columns = frame.columns
+    return Intervals(*ends)
 
 
-def markdown(frame: pd.DataFrame, marks: pd.DataFrame, title: str, env: str) -> str:
-    shown = _text(frame, marks, ("**", "**"))
+@dataclass
+class Intervals:
+    """The low and high ends of a table's values' intervals, shaped as the table."""
+
+    lo: pd.DataFrame
+    hi: pd.DataFrame
+
+    @classmethod
+    def none(cls, frame: pd.DataFrame) -> Intervals:
+        """A table without intervals (the overall table's means over tasks)."""
+        empty = pd.DataFrame(float("nan"), index=frame.index, columns=frame.columns)
+        return cls(empty, empty)
+
+    def ties(self, marks: pd.DataFrame) -> pd.DataFrame:
+        """True where a value is not its column's best but its interval overlaps the best's:
+        on these samples the two are not told apart."""
+        tied = pd.DataFrame(False, index=marks.index, columns=marks.columns)
+        for column in marks.columns:
+            best = marks[column]
+            if best.any():
+                lo, hi = self.lo.loc[best, column].min(), self.hi.loc[best, column].max()
+                overlaps = (self.lo[column] <= hi) & (self.hi[column] >= lo)
+                tied[column] = overlaps & ~best
+        return tied
+
+    def csv(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The table with each interval's ends as columns `<column> lo` and `<column> hi`."""
+        present = [c for c in frame.columns if self.lo[c].notna().any()]
+        ends = [self.lo[present].add_suffix(" lo"), self.hi[present].add_suffix(" hi")]
+        return pd.concat([frame, *ends], axis=1)
+
+
+# how each format marks the best value, a value tied with it, and a note saying so
+MARKDOWN = {"best": ("**", "**"), "tie": " ≈"}
+LATEX = {"best": (r"\textbf{", "}"), "tie": r" $\approx$"}
+NOTE = (
+    "[lo, hi]: 95% interval (paired bootstrap over samples; shares of samples: Wilson); "
+    "bold: the column's best; ≈: its interval overlaps the best's"
+)
+
+
+def _text(
+    frame: pd.DataFrame, marks: pd.DataFrame, style: dict, ci: Intervals | None = None
+) -> pd.DataFrame:
+    """Each value (with its interval in brackets where it has one), the best in bold and the
+    values tied with it marked."""
+    ci = ci or Intervals.none(frame)
+
+    def shown(v: float, lo: float, hi: float) -> str:
+        if pd.isna(v):
+            return "-"
+        return f"{v:.3g}" if pd.isna(lo) else f"{v:.3g} [{lo:.3g}, {hi:.3g}]"
+
+    text = pd.DataFrame(
+        [[shown(*t) for t in zip(*rows)] for rows in zip(frame.values, ci.lo.values, ci.hi.values)],
+        index=frame.index,
+        columns=frame.columns,
+    )
+    bold = style["best"]
+    text = text.where(~marks, bold[0] + text + bold[1])
+    return text.where(~ci.ties(marks), text + style["tie"])
+
+
+def markdown(
+    frame: pd.DataFrame, marks: pd.DataFrame, title: str, env: str, ci: Intervals | None = None
+) -> str:
+    shown = _text(frame, marks, MARKDOWN, ci)
     header = "| cell | " + " | ".join(shown.columns) + " |"
     rule = "|---|" + "---|" * len(shown.columns)
     lines = [f"| {cell} | " + " | ".join(row) + " |" for cell, row in shown.iterrows()]
-    return "\n".join([f"### {title}", "", header, rule, *lines, "", f"_{env}_", ""])
+    note = [f"_{NOTE}_", ""] if ci is not None and ci.lo.notna().any().any() else []
+    return "\n".join([f"### {title}", "", header, rule, *lines, "", *note, f"_{env}_", ""])
 
 
-def latex(frame: pd.DataFrame, marks: pd.DataFrame, title: str, env: str) -> str:
-    shown = _text(frame, marks, (r"\textbf{", "}"))
+def latex(
+    frame: pd.DataFrame, marks: pd.DataFrame, title: str, env: str, ci: Intervals | None = None
+) -> str:
+    shown = _text(frame, marks, LATEX, ci)
     shown.index = [cell.replace("γ", r"$\gamma$") for cell in shown.index]
     body = shown.to_latex(escape=False, caption=title, label=f"tab:{title}")
-    return body + f"% {env}\n"
+    note = f"% {NOTE}\n" if ci is not None and ci.lo.notna().any().any() else ""
+    return body + note + f"% {env}\n"
 
 
 def write(runs: pd.DataFrame, out: Path, name: str = "leaderboard") -> list[Path]:
@@ -128,11 +212,11 @@ def write(runs: pd.DataFrame, out: Path, name: str = "leaderboard") -> list[Path
     md, tex, csv = [], [], []
     for task in sorted(runs["task"].unique()):
         frame, directions = table(runs, task)
-        marks = best(frame, directions)
+        marks, ci = best(frame, directions), intervals(runs, task, frame)
         env = " / ".join(sorted(runs.loc[runs["task"] == task, "env"].unique()))
-        md.append(markdown(frame, marks, task, env))
-        tex.append(latex(frame, marks, task, env))
-        csv.append(frame.assign(task=task))
+        md.append(markdown(frame, marks, task, env, ci))
+        tex.append(latex(frame, marks, task, env, ci))
+        csv.append(ci.csv(frame).assign(task=task))
     if runs["task"].nunique() > 1:  # cells run on several tasks: their speed, averaged
         frame, speed = overall(runs)
         marks = best(frame, speed)

@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import yaml
 
+from specbench.metrics import intervals
 from specbench.registry import BACKEND_CONFIGS, METHOD_CONFIGS, TASKS, discover_schemas
 from specbench.report import ReportError
 from specbench.runs import machine
-from specbench.runs.store import upgraded
-from specbench.runs.summary import Summary, Workload
+from specbench.runs.record import Record
+from specbench.runs.store import read_records, upgraded
+from specbench.runs.summary import SCHEMA, Summary, Workload
 
 # config keys that do not change what a cell is across tasks (the overall table's grouping):
 # the task's, and the workload's, which the overall table checks instead (leaderboard.overall)
@@ -45,7 +48,9 @@ def cell_id(config: dict[str, Any]) -> str:
 
 def read_run(run_dir: Path) -> dict:
     try:
-        summary = Summary.from_json(json.loads((run_dir / "summary.json").read_text()))
+        summary = current(
+            run_dir, Summary.from_json(json.loads((run_dir / "summary.json").read_text()))
+        )
         config = upgraded(yaml.safe_load((run_dir / "config.yaml").read_text()))
         return _row(run_dir, summary, config)
     except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError, AttributeError) as err:
@@ -54,6 +59,39 @@ def read_run(run_dir: Path) -> dict:
             f"{run_dir}: not a readable specbench run directory (summary.json and config.yaml "
             f"as specbench-run writes them): {type(err).__name__}: {why}"
         ) from None
+
+
+def current_records(run_dir: Path, summary: Summary) -> list[Record]:
+    """The records a summary was made from: the first `n_samples` distinct samples of its
+    records.jsonl (a run resumed with a smaller `run.limit` summarises fewer than it holds)."""
+    first: dict[str, dict] = {}
+    for row in read_records(run_dir / "records.jsonl"):
+        first.setdefault(row["id"], row)
+    return [Record.from_json(row) for row in list(first.values())[: summary.n_samples]]
+
+
+def current(run_dir: Path, summary: Summary) -> Summary:
+    """A summary written before intervals existed (schema 1) with them, from its records; no
+    model runs."""
+    if summary.schema >= SCHEMA or not (run_dir / "records.jsonl").exists():
+        return summary
+    records = current_records(run_dir, summary)
+    return replace(intervals.with_intervals(summary, records), bootstrap=intervals.settings())
+
+
+def bounds(column: str) -> tuple[str, str]:
+    """The runs-table columns holding the ends of `column`'s 95% interval."""
+    return f"ci_lo:{column}", f"ci_hi:{column}"
+
+
+def _interval_columns(summary: Summary) -> dict[str, float]:
+    """Each interval's ends under `bounds` of its point's runs-table column (the baseline's
+    quality is `baseline.<metric>` there)."""
+    out = {}
+    for name, (lo, hi) in summary.intervals.items():
+        column = name.replace("baseline_quality.", "baseline.", 1)
+        out.update(zip(bounds(column), (lo, hi)))
+    return out
 
 
 def machine_class(run_dir: Path, summary: Summary) -> str:
@@ -76,6 +114,7 @@ def _row(run_dir: Path, summary: Summary, config: dict) -> dict:
         row.update({f"vs.{name}.{k}": v for k, v in other.items() if k != "quality"})
     row.update({f"quality.{k}": v for k, v in summary.quality.items()})
     row.update({f"baseline.{k}": v for k, v in (columns["baseline_quality"] or {}).items()})
+    row.update(_interval_columns(summary))
     workload = Workload(**{k: v for k, v in summary.workload.items() if k != "languages"})
     row.update({f"workload.{k}": getattr(workload, k) for k in Workload.CELL_KEYS})
     row["workload"] = workload.label()

@@ -1,5 +1,6 @@
 """Speed against quality per task: the non-dominated cells joined by a line, one marker per
-method (its config's `marker`); PNG and PDF."""
+method (its config's `marker`), each point's 95% intervals as error bars on both axes; PNG
+and PDF."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; no display on a cluster node
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from specbench.report.load import marker  # noqa: E402
+from specbench.report.load import bounds, marker  # noqa: E402
 
 
 def pareto_front(
@@ -39,6 +41,17 @@ def front(frame: pd.DataFrame, speed: str, quality: str, quality_higher: bool) -
     frame = frame.dropna(subset=[speed, quality])
     points = list(zip(frame[speed], frame[quality]))
     return frame.iloc[pareto_front(points, (True, quality_higher))]
+
+
+def errors(frame: pd.DataFrame, column: str) -> np.ndarray | None:
+    """Error bars from each point to its 95% interval's ends (none where no run has one)."""
+    lo, hi = bounds(column)
+    if lo not in frame or frame[lo].isna().all():
+        return None
+    values = frame[column].to_numpy(float)
+    below = values - frame[lo].to_numpy(float)
+    above = frame[hi].to_numpy(float) - values
+    return np.nan_to_num(np.vstack([below, above]))
 
 
 def fronts_markdown(fronts: dict[str, pd.DataFrame], speed: str, quality: str) -> str:
@@ -71,6 +84,16 @@ def plot(
     for colour, (name, frame) in zip(colours, groups.items()):
         frame = frame.dropna(subset=[speed, quality])
         for method, part in frame.groupby("method"):
+            ax.errorbar(
+                part[speed],
+                part[quality],
+                xerr=errors(part, speed),
+                yerr=errors(part, quality),
+                fmt="none",
+                ecolor=colour,
+                alpha=0.35,
+                linewidth=1,
+            )
             ax.scatter(
                 part[speed],
                 part[quality],

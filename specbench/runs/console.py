@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from specbench.runs.acceptance import Acceptance
-from specbench.runs.summary import BASELINE, TOGETHER, Metrics, Summary
+from specbench.runs.load import busiest
+from specbench.runs.summary import BASELINE, GAP, TOGETHER, Metrics, Summary
 
 COLUMNS = {  # header: (metric, format)
     "n": ("n_samples", "d"),
@@ -26,13 +27,20 @@ COLUMNS = {  # header: (metric, format)
 }
 
 
-def _fmt(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+def _fmt(value: Any, spec: str, interval: list[float] | None = None) -> str:
+    """The value, and its 95% interval in brackets where it has one: `1.40 [1.31, 1.49]`."""
+    if value is None:
+        return "-"
+    bounds = "" if interval is None else f" [{interval[0]:{spec}}, {interval[1]:{spec}}]"
+    return format(value, spec) + bounds
 
 
 def _row(name: str, metrics: Metrics) -> list[str]:
     columns = metrics.columns()
-    return [name, *(_fmt(columns[key], spec) for key, spec in COLUMNS.values())]
+    return [
+        name,
+        *(_fmt(columns[key], spec, metrics.intervals.get(key)) for key, spec in COLUMNS.values()),
+    ]
 
 
 def _acceptance_line(summary: Summary) -> str:
@@ -74,9 +82,16 @@ def print_summary(summary: Summary, run_dir: Any) -> None:
     console.print(table)
     base = summary.base
     baseline = base.quality if base else {}
+    ci = summary.intervals
     for metric, value in summary.quality.items():
-        beside = f"  (baseline {baseline[metric]:.4g})" if metric in baseline else ""
-        console.print(f"{summary.task} {metric}: {value:.4g}{beside}")
+        beside = (
+            f"  (baseline {_fmt(baseline[metric], '.4g', ci.get(f'baseline_quality.{metric}'))})"
+            if metric in baseline
+            else ""
+        )
+        console.print(
+            f"{summary.task} {metric}: {_fmt(value, '.4g', ci.get(f'quality.{metric}'))}{beside}"
+        )
     if summary.baseline:
         claim = "lossless" if summary.lossless else "lossy"
         console.print(f"baseline: {summary.baseline} ({claim} with respect to it)")
@@ -102,16 +117,36 @@ def print_summary(summary: Summary, run_dir: Any) -> None:
         if name == BASELINE:  # the table's row
             continue
         console.print(
-            f"vs {name.replace('_', ' ')}: speedup {_fmt(other.speedup, '.2f')}, "
-            f"NFE reduction {_fmt(other.nfe_reduction, '.2f')}, its TPF {_fmt(other.tpf, '.2f')}"
+            f"vs {name.replace('_', ' ')}: speedup "
+            f"{_fmt(other.speedup, '.2f', ci.get(f'vs.{name}.speedup'))}, NFE reduction "
+            f"{_fmt(other.nfe_reduction, '.2f', ci.get(f'vs.{name}.nfe_reduction'))}, "
+            f"its TPF {_fmt(other.tpf, '.2f')}"
         )
     if summary.in_flight is not None and summary.in_flight > TOGETHER:
         console.print(_serving_line(summary))
     if summary.predicted_speedup is not None:
-        flag = "  [bold red]gap above 10%[/bold red]" if summary.prediction_flag else ""
+        flag = (
+            f"  [bold red]gap above {GAP:.0%}, prediction outside the interval[/bold red]"
+            if summary.prediction_flag
+            else ""
+        )
+        measured = _fmt(base.speedup, ".2f", ci.get("speedup"))
         console.print(
             f"predicted speedup {summary.predicted_speedup:.2f} from acceptance and forward "
-            f"costs (measured {base.speedup:.2f}, gap {summary.prediction_gap:+.0%}){flag}"
+            f"costs (measured {measured}, gap {summary.prediction_gap:+.0%}){flag}"
+        )
+    if summary.intervals:
+        settings = summary.bootstrap
+        console.print(
+            f"[dim]intervals: {settings['level']:.0%}, paired bootstrap over the "
+            f"{summary.n_samples} samples ({settings['resamples']} resamples, seed "
+            f"{settings['seed']}); shares of samples: Wilson[/dim]"
+        )
+    if summary.contended:
+        worst = busiest(summary.load)
+        console.print(
+            f"[bold red]contended[/bold red]: other processes used {worst['others']:.0%} of "
+            f"the CPU beside the timed arms (load average {worst['load_1m']:.1f})"
         )
     console.print(f"[dim]{summary.env}[/dim]")
     console.print(f"records: {run_dir}")

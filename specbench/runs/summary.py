@@ -110,6 +110,9 @@ class Metrics:
     # the method's throughput over its ceiling's (`vs.oracle`, `run.oracle`): the share of
     # what a perfect drafter buys in this system that this drafter buys
     ceiling_fraction: float | None = None
+    # a 95% interval per point, keyed by the point's name in `columns()` (dotted below its
+    # top level: `speedup`, `quality.nll`, `vs.oracle.speedup`; specbench.metrics.intervals)
+    intervals: dict[str, list[float]] = field(default_factory=dict)
     by_category: dict[str, Metrics] = field(default_factory=dict)
 
     @property
@@ -137,6 +140,13 @@ class Metrics:
     def from_json(cls, row: dict[str, Any]) -> Metrics:
         return cls(**_owned(cls, row))
 
+
+# summary.json's version: 2 added `intervals` and `bootstrap`; a file without `schema` is 1
+SCHEMA = 2
+
+# the cost model's prediction further than this from the measured speedup, and outside its
+# interval, is flagged (`prediction_flag`)
+GAP = 0.10
 
 # `in_flight` above this: the requests overlapped (one at a time it is 1 up to rounding)
 TOGETHER = 1.01
@@ -193,6 +203,12 @@ class Summary(Metrics):
     predicted_speedup: float | None = None
     prediction_gap: float | None = None
     prediction_flag: bool | None = None
+    # the machine's load before, across and after the timed arms (`runs.load`), and whether
+    # other work shared the machine with them (None: not sampled, as before schema 2)
+    load: dict[str, Any] = field(default_factory=dict)
+    contended: bool | None = None
+    schema: int = SCHEMA
+    bootstrap: dict[str, Any] = field(default_factory=dict)  # how `intervals` were made
 
     @classmethod
     def of(cls, metrics: Metrics, **identity: Any) -> Summary:
@@ -213,7 +229,8 @@ class Summary(Metrics):
         if missing:
             raise ValueError(f"not a specbench run summary (missing {missing})")
         facts = {k: v for k, v in row.items() if k not in names}
-        return cls(**_owned(cls, {k: v for k, v in row.items() if k in names}), facts=facts)
+        owned = {"schema": 1, **{k: v for k, v in row.items() if k in names}}
+        return cls(**_owned(cls, owned), facts=facts)
 
     def scalars(self) -> dict[str, Any]:
         """The top-level values that are one number, flag or string (W&B's and the reports'

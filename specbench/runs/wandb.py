@@ -96,6 +96,7 @@ class WandbMirror:
         self.run.log({**logged, **self.acceptance(summary)})
         self.run.summary.update(summary.scalars())
         self.run.summary.update({f"quality/{k}": v for k, v in summary.quality.items()})
+        self.run.summary.update(interval_columns(summary))
         self.run.finish()
 
     def acceptance(self, summary: Summary) -> dict:
@@ -128,3 +129,13 @@ class WandbMirror:
         """End the W&B run as interrupted (not finished); the rerun resumes it by its id."""
         if self.run is not None:
             self.run.finish(exit_code=EXIT_CODE)
+
+
+def interval_columns(summary: Summary) -> dict[str, float]:
+    """Each point's 95% interval as two W&B summary values, `ci/<point>_lo` and `_hi`, so a
+    sweep's table and charts can show them beside `<point>`."""
+    return {
+        f"ci/{name}_{end}": bound
+        for name, interval in summary.intervals.items()
+        for end, bound in zip(("lo", "hi"), interval)
+    }
