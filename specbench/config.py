@@ -192,6 +192,10 @@ def check_run(run: RunConfig) -> None:
             )
             for key, value in (("run.name", run.name), ("run.experiment", run.experiment))
         ),
+        *(
+            (key, value, value is None or len(value.encode()) <= NAME_MAX, NAME_RULE)
+            for key, value in (("run.name", run.name), ("run.experiment", run.experiment))
+        ),
         ("run.top_p", run.top_p, 0 < run.top_p <= 1, "must be in (0, 1]"),
         ("run.top_k", run.top_k, run.top_k >= 0, "must be >= 0 (0 = off)"),
         ("run.warmup", run.warmup, run.warmup >= 0, "must be >= 0"),
@@ -243,6 +247,11 @@ def check_knobs(config: Config) -> None:
 def max_new_tokens(config: Config) -> int:
     """The tokens each sample generates: `run.max_new_tokens`, else the task's own default."""
     return config.run.max_new_tokens or config.task.max_new_tokens
+
+
+# a directory name's limit on the filesystems results go to (ext4, xfs, btrfs, tmpfs)
+NAME_MAX = 255
+NAME_RULE = f"must be at most {NAME_MAX} bytes: it names a directory"
 
 
 def _inside(name: str) -> bool:

@@ -176,16 +176,17 @@ def check_models(config: Config, method: Method) -> tuple[Any, list[tuple[str, i
     kind_of(config.target).check_checkpoint(config.target, "target", config)
     loading.check_weights(config.target, "target")
     tokenizer = loading.load_tokenizer(config.target, "target")
-    contexts = [("target", loading.context_length(config.target, "target"))]
-    if method.drafter_kind is None:
-        return tokenizer, contexts
-    kind = kind_of(config.drafter)
-    loading.check_weights(config.drafter, "drafter")
-    kind.check_checkpoint(config.drafter, "drafter", config)
-    context = kind.check_drafter(config.drafter, tokenizer)
-    if context is not None:
-        contexts.append(("drafter", context))
-    return tokenizer, contexts
+    contexts = []
+    if method.drafter_kind is not None:
+        kind = kind_of(config.drafter)
+        loading.check_weights(config.drafter, "drafter")
+        kind.check_checkpoint(config.drafter, "drafter", config)
+        context = kind.check_drafter(config.drafter, tokenizer)
+        if context is not None:
+            contexts.append(("drafter", context))
+    # the target's context from its config.json last: reading it builds a built-in target,
+    # which a drafter refused for its tokenizer must not leave in the cache
+    return tokenizer, [("target", loading.context_length(config.target, "target")), *contexts]
 
 
 def fit_context(

@@ -133,12 +133,17 @@ def register_task(spec: TaskSpec) -> TaskSpec:
     return TASKS.register(spec)
 
 
-def register_builtin_model(name: str, sources: tuple[Path, ...] = ()) -> Callable:
+def register_builtin_model(
+    name: str, sources: tuple[Path, ...] = (), tokenizer: Callable | None = None
+) -> Callable:
     """Decorator for a function that writes a model with `save_pretrained` into a directory;
-    `sources` are the checkpoint directories it reads (their files key its cache entry)."""
+    `sources` are the checkpoint directories it reads (their files key its cache entry);
+    `tokenizer`, the tokenizer it saves, made alone: a cell refused for its tokenizer then
+    builds no weights into the cache."""
 
     def wrap(fn: Callable[[Path], None]) -> Callable[[Path], None]:
         fn.sources = sources
+        fn.tokenizer = tokenizer
         return BUILTIN_MODELS.add(name, fn)
 
     return wrap

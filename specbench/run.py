@@ -95,15 +95,20 @@ class ResultsDirCheck(Callback):
     existed: Path | None = None
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.check(config)
+        self.check(config, "hydra.run.dir")
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.check(config)
+        self.check(config, "hydra.sweep.dir")
 
     @classmethod
-    def check(cls, config: DictConfig) -> None:
+    def check(cls, config: DictConfig, output_key: str) -> None:
+        """The results directory, then Hydra's output directory (`output_key`, inside it unless
+        overridden), each refused in one line naming its key."""
         try:
             cls.existed = existing_writable(Path(config.run.results_dir))
+            output = Path(OmegaConf.select(config, output_key))
+            if cls.existed not in output.absolute().parents:
+                cls.existed = existing_writable(output, output_key)
         except ConfigError as err:
             fail(explain(err), err)
 
@@ -163,8 +168,8 @@ def main(cfg: DictConfig) -> Any:
     except Exception as err:
         known = explain(err)
         if not multirun:
-            if plan is None and known is not None:
-                forget_output_dir()  # refused before the run directory opened
+            if known is not None:
+                forget_output_dir()  # refused: the run directory keeps what it recorded
             fail(known, err)
         say(f"error: {known[0] if known else f'{type(err).__name__}: {err}'}")
         write_outcome("failed", plan.run_id if plan else None, err)

@@ -113,6 +113,9 @@ def load_tokenizer(cfg: ModelConfig, key: str) -> PreTrainedTokenizerBase:
             "tokenizer",
             lambda: AutoTokenizer.from_pretrained(cfg.tokenizer),
         )
+    builder = _builtin(cfg)
+    if builder is not None and builder.tokenizer is not None:
+        return builder.tokenizer()  # no weights built to read it
     return _from_checkpoint(
         cfg,
         key,
@@ -120,6 +123,15 @@ def load_tokenizer(cfg: ModelConfig, key: str) -> PreTrainedTokenizerBase:
         AutoTokenizer.from_pretrained,
         trust_remote_code=cfg.trust_remote_code,
     )
+
+
+def _builtin(cfg: ModelConfig) -> Callable | None:
+    """The random-init built-in `cfg` names (not a committed tiny-world checkpoint), if any."""
+    name = cfg.name_or_path.removeprefix(BUILTIN_PREFIX)
+    if name == cfg.name_or_path or (paths.TINY_DIR / name / "config.json").exists():
+        return None
+    discover()
+    return BUILTIN_MODELS[name] if name in BUILTIN_MODELS else None
 
 
 def context_length(cfg: ModelConfig, key: str) -> int | None:
@@ -152,7 +164,10 @@ def check_weights(cfg: ModelConfig, key: str) -> None:
     """One line, before any weight loads, for a local checkpoint whose safetensors files are
     cut short or whose headers lie (a tensor past the file's end), or whose embedding rows
     contradict its config's vocabulary: read from the files' headers alone. A hub download is
-    checked by the hub's own hashes."""
+    checked by the hub's own hashes. A built-in is not: specbench writes it itself, atomically,
+    and resolving it here would build it before the checks that could refuse the cell."""
+    if _builtin(cfg) is not None:
+        return
     where = Path(resolve(cfg, key))
     files = sorted(where.glob("*.safetensors")) if where.is_dir() else []
     vocab = vocabulary_size(checkpoint_config(cfg, key)) if files else None

@@ -60,12 +60,12 @@ def _save(model: GPT2LMHeadModel, out: Path) -> None:
     gpt2_tokenizer().save_pretrained(out)
 
 
-@register_builtin_model("random-gpt2")
+@register_builtin_model("random-gpt2", tokenizer=gpt2_tokenizer)
 def build_target(out: Path) -> None:
     _save(random_target(), out)
 
 
-@register_builtin_model("random-gpt2-draft")
+@register_builtin_model("random-gpt2-draft", tokenizer=gpt2_tokenizer)
 def build_drafter(out: Path) -> None:
     target = random_target()
     drafter = GPT2LMHeadModel(_config(n_layer=1)).eval()

@@ -73,7 +73,7 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
     cells = cells.assign(cell=disambiguate(cells, "run_id"))
     rows = []
     for _, run in cells.iterrows():
-        records = load_records(Path(run["run_dir"]) / "records.jsonl", run["run_id"])
+        records = load_records(Path(run["run_dir"]) / "records.jsonl", run["run_id"], repair=False)
         if not records:
             continue
         unit = run["round_unit"]

@@ -55,8 +55,11 @@ def pairs(runs: pd.DataFrame, configs: dict[str, dict]) -> list[tuple[pd.Series,
 def compare(own: pd.Series, other: pd.Series) -> dict:
     """The pair's row: samples both recorded, token agreement (with the target's top-2 gap,
     in ulps, where each difference starts), acceptance and speed."""
-    mine = {r.id: r for r in load_records(Path(own["run_dir"]) / "records.jsonl", own["run_id"])}
-    theirs = load_records(Path(other["run_dir"]) / "records.jsonl", other["run_id"])
+    mine = {
+        r.id: r
+        for r in load_records(Path(own["run_dir"]) / "records.jsonl", own["run_id"], repair=False)
+    }
+    theirs = load_records(Path(other["run_dir"]) / "records.jsonl", other["run_id"], repair=False)
     both = [(mine[r.id], r) for r in theirs if r.id in mine]
     method = divergences([(a.method, b.method) for a, b in both])
     bases = [(a.baseline, b.baseline) for a, b in both if a.baseline and b.baseline]

@@ -17,8 +17,21 @@ import tempfile
 from pathlib import Path
 
 from specbench import paths
-from specbench.errors import OneLineParser
+from specbench.errors import ConfigError, OneLineParser
 from specbench.report import ReportError
+
+
+def check_wandb(mode: str) -> None:
+    """`--wandb online` needs a login; refused before anything is drawn (no prompt)."""
+    if mode != "online":
+        return
+    import wandb
+
+    if not wandb.login(prompt=False):
+        raise ReportError(
+            "--wandb online: no W&B login (run `wandb login` or set WANDB_API_KEY); "
+            "or pass --wandb offline"
+        )
 
 
 def _log_to_wandb(paths: list[Path], mode: str) -> None:
@@ -60,10 +73,22 @@ def pareto_cells(runs, task: str, quality: str):
     return cells
 
 
+def selected(runs, column: str, wanted: str | None, option: str):
+    """The runs whose `column` is `wanted` (all without it); none is one line listing the
+    values there are."""
+    if wanted is None:
+        return runs
+    kept = runs[runs[column] == wanted]
+    if kept.empty:
+        there = "; ".join(sorted(runs[column].dropna().astype(str).unique()))
+        raise ReportError(f"{option} {wanted}: no runs of it; there are: {there}")
+    return kept
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         return run(argv)
-    except ReportError as err:
+    except (ReportError, ConfigError) as err:  # a run's records refused by the run store
         print(f"specbench-report: error: {err}", file=sys.stderr)
         return 2
 
@@ -107,6 +132,7 @@ def run(argv: list[str] | None) -> int:
         return 0
     out = Path(args.out)
     writable(out)
+    check_wandb(getattr(args, "wandb", "disabled"))
     # pandas and matplotlib are imported once the arguments hold, so a refusal is fast
     if args.command == "figures":
         if not list(Path(args.specs).glob("*.yaml")):
@@ -131,13 +157,11 @@ def run(argv: list[str] | None) -> int:
         from specbench.report.load import by_machine, higher_is_better, load_runs
 
         runs = load_runs(args.results)
-        if args.experiment:
-            runs = runs[runs["experiment"] == args.experiment]
-        if args.machine:
-            runs = runs[runs["machine"] == args.machine]
         if runs.empty:
             print(f"specbench-report: no runs under {args.results}", file=sys.stderr)
             return 2
+        runs = selected(runs, "experiment", args.experiment, "--experiment")
+        runs = selected(runs, "machine", args.machine, "--machine")
         runs = by_machine(runs)
         if args.command == "leaderboard":
             from specbench.report import leaderboard

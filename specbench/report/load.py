@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,11 @@ import yaml
 
 from specbench.metrics import intervals
 from specbench.registry import BACKEND_CONFIGS, METHOD_CONFIGS, TASKS, discover_schemas
-from specbench.report import ReportError
+from specbench.report import ReportError, warn
 from specbench.runs import machine
 from specbench.runs.record import Record
 from specbench.runs.store import read_records, upgraded
-from specbench.runs.summary import SCHEMA, Summary, Workload
+from specbench.runs.summary import SCHEMA, Summary, Workload, finite
 
 # config keys that do not change what a cell is across tasks (the overall table's grouping):
 # the task's, and the workload's, which the overall table checks instead (leaderboard.overall)
@@ -47,10 +48,12 @@ def cell_id(config: dict[str, Any]) -> str:
 
 
 def read_run(run_dir: Path) -> dict:
+    """One cell's row; a NaN or infinite value reads as missing, with a warning naming it."""
     try:
-        summary = current(
-            run_dir, Summary.from_json(json.loads((run_dir / "summary.json").read_text()))
-        )
+        raw, bad = finite(json.loads((run_dir / "summary.json").read_text()))
+        if bad:
+            warn(f"{run_dir / 'summary.json'}: {', '.join(bad)}: not a number, shown as missing")
+        summary = current(run_dir, Summary.from_json(raw))
         config = upgraded(yaml.safe_load((run_dir / "config.yaml").read_text()))
         return _row(run_dir, summary, config)
     except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError, AttributeError) as err:
@@ -178,7 +181,7 @@ def load_runs(root: str | Path) -> pd.DataFrame:
     class (the same run id, e.g. a reference copy and a rerun) keeps the copy with more
     samples."""
     discover_schemas()  # the backends' configs name their cells (`backend`)
-    rows = [read_run(p.parent) for p in sorted(Path(root).glob("**/summary.json"))]
+    rows = [read_run(run_dir) for run_dir in run_dirs(Path(root))]
     if not rows:
         return pd.DataFrame(
             columns=["run_id", "experiment", "task", "method", "cell", "cell_id", "machine"]
@@ -186,6 +189,22 @@ def load_runs(root: str | Path) -> pd.DataFrame:
     frame = pd.DataFrame(rows).sort_values("n_samples", ascending=False)
     frame = frame.drop_duplicates(["experiment", "run_id", "machine"])
     return frame.sort_values(["task", "method", "cell"]).reset_index(drop=True)
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """Every directory under `root` holding a summary.json; a directory that cannot be listed
+    fails the report with its path (skipped, its cells would silently leave the tables)."""
+
+    def refuse(err: OSError) -> None:
+        raise ReportError(f"{err.filename}: cannot be read ({err.strerror}); fix or move it")
+
+    found = []
+    if not root.is_dir():
+        return found
+    for here, _, files in os.walk(root, onerror=refuse):
+        if "summary.json" in files:
+            found.append(Path(here))
+    return sorted(found)
 
 
 def dirty_runs(root: str | Path) -> list[tuple[Path, str]]:

@@ -100,12 +100,20 @@ def read_records(path: Path, repair: bool = False) -> list[dict[str, Any]]:
     return records
 
 
-def load_records(path: Path, run_id: str) -> list[Record]:
-    """The records of a run directory, a cut last line repaired; anything else wrong with the
-    file is one line naming it and the line, and the file is left untouched."""
+def load_records(path: Path, run_id: str, repair: bool = True) -> list[Record]:
+    """The records of a run directory, a cut last line repaired (unless `repair` is False: a
+    report reads, never writes); a file that cannot be read, a bad line or a sample recorded
+    twice (it would count twice in every mean) is one line naming the file, and the file is
+    left untouched."""
     try:
-        rows = read_records(path, repair=True)
-        return [_record(row, n) for n, row in enumerate(rows, start=1)]
+        rows = read_records(path, repair=repair)
+        records = [_record(row, n) for n, row in enumerate(rows, start=1)]
+        _once_each(records)
+        return records
+    except OSError as err:
+        raise ConfigError(
+            "run.name", run_id, f"{path}: cannot be read ({err.strerror}); nothing was changed"
+        ) from None
     except ValueError as err:
         raise ConfigError(
             "run.name",
@@ -113,6 +121,17 @@ def load_records(path: Path, run_id: str) -> list[Record]:
             f"{path}: {err}; nothing was changed: repair or delete that line, or move the file "
             "aside to start the cell over",
         ) from None
+
+
+def _once_each(records: list[Record]) -> None:
+    """ValueError naming the first sample id recorded twice, with both lines."""
+    first: dict[str, int] = {}
+    for line, record in enumerate(records, start=1):
+        if record.id in first:
+            raise ValueError(
+                f"line {line} records sample {record.id!r} again (first at line {first[record.id]})"
+            )
+        first[record.id] = line
 
 
 def _record(row: Any, line: int) -> Record:
@@ -162,37 +181,58 @@ def atomic_write(path: Path, text: str) -> None:
             os.close(dir_fd)
 
 
-def existing_writable(root: Path) -> Path:
+def existing_writable(root: Path, key: str = "run.results_dir") -> Path:
     """The deepest directory at or above `root` that exists, after one file was written in it;
     nothing is created, so a run refused later leaves nothing behind (`specbench.run`). One line
-    naming `run.results_dir` otherwise."""
-    there = root.absolute()
-    while not there.exists() and there != there.parent:
-        there = there.parent
-    return _written(root, there)
+    naming `key` otherwise."""
+    return _written(key, root, _deepest(root))
 
 
 def make_writable(root: Path, *parts: str) -> Path:
     """`root / parts...`, created, after one file was written in it; one line naming
-    `run.results_dir` otherwise."""
-    return _written(root, root.joinpath(*parts), create=True)
-
-
-def _written(root: Path, directory: Path, create: bool = False) -> Path:
-    """`directory` (made first with `create`), once a file could be written in it; a
-    `ConfigError` naming `run.results_dir` (`root`) otherwise."""
+    `run.results_dir` otherwise, and what was created for it removed again."""
+    directory = root.joinpath(*parts)
+    existed = _deepest(directory)
     try:
-        if create:
-            directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        _remove_up_to(directory, existed)
+        _written("run.results_dir", root, directory, err)
+    return _written("run.results_dir", root, directory)
+
+
+def _deepest(path: Path) -> Path:
+    """`path`, or the nearest directory above it that exists."""
+    there = path.absolute()
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    return there
+
+
+def _remove_up_to(directory: Path, existed: Path) -> None:
+    """The empty directories from `directory` up to (not including) `existed`."""
+    for here in [directory.absolute(), *directory.absolute().parents]:
+        if here == existed or existed not in here.parents:
+            return
+        try:
+            here.rmdir()
+        except OSError:
+            continue  # never made, or another run's files there
+
+
+def _written(key: str, root: Path, directory: Path, failed: OSError | None = None) -> Path:
+    """`directory`, once a file could be written in it; a `ConfigError` naming `key` (`root`)
+    otherwise, or at once with `failed` (the error creating it)."""
+    try:
+        if failed is not None:
+            raise failed
         if not directory.is_dir():
             raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(directory))
         with tempfile.TemporaryFile(dir=directory):
             pass
     except OSError as err:
         where = err.filename or directory
-        raise ConfigError(
-            "run.results_dir", str(root), f"must be writable ({err.strerror}: {where})"
-        ) from None
+        raise ConfigError(key, str(root), f"must be writable ({err.strerror}: {where})") from None
     return directory
 
 
@@ -316,11 +356,21 @@ class RunStore:
 
     def finished(self, ids: set[str]) -> Summary | None:
         """The stored summary when every sample in `ids` is recorded and summarised: a rerun
-        of a complete cell then loads no model."""
+        of a complete cell then loads no model. A summary that cannot be read is one line
+        naming it (moving it aside makes the rerun summarise the records again)."""
         summary = self.run_dir / "summary.json"
-        if ids <= self.done and summary.exists():
+        if not (ids <= self.done and summary.exists()):
+            return None
+        try:
             return Summary.from_json(json.loads(summary.read_text()))
-        return None
+        except (OSError, ValueError, TypeError) as err:
+            why = " ".join(str(err).split()) or type(err).__name__
+            raise ConfigError(
+                "run.name",
+                self.run_dir.name,
+                f"{summary}: not a readable summary ({why}); delete it or move it aside and "
+                "rerun to summarise the records again",
+            ) from None
 
     def write_json(self, name: str, payload: dict[str, Any]) -> None:
         atomic_write(self.run_dir / name, json.dumps(payload, indent=2, default=str) + "\n")

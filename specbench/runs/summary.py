@@ -17,8 +17,10 @@ file was written; the categories are empty where the task has none.
 
 from __future__ import annotations
 
+import math
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
-from typing import Any
+from types import UnionType
+from typing import Any, get_args, get_origin, get_type_hints
 
 
 @dataclass(kw_only=True)
@@ -216,9 +218,16 @@ class Summary(Metrics):
         return cls(**{f.name: getattr(metrics, f.name) for f in fields(Metrics)}, **identity)
 
     def to_json(self) -> dict[str, Any]:
+        """The file's object; a value that is not a finite number where a number is refused
+        (ValueError naming the field): JSON has no NaN, and a NaN written is a column that
+        vanishes from every table."""
         row = self.columns()
         facts = row.pop("facts")
-        return {**row, **facts}
+        row = {**row, **facts}
+        bad = non_finite(row)
+        if bad:
+            raise ValueError(f"summary {self.run_id}: not a finite number: {', '.join(bad)}")
+        return row
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> Summary:
@@ -229,8 +238,9 @@ class Summary(Metrics):
         if missing:
             raise ValueError(f"not a specbench run summary (missing {missing})")
         facts = {k: v for k, v in row.items() if k not in names}
-        owned = {"schema": 1, **{k: v for k, v in row.items() if k in names}}
-        return cls(**_owned(cls, owned), facts=facts)
+        owned = _owned(cls, {"schema": 1, **{k: v for k, v in row.items() if k in names}})
+        _check_types(cls, owned)
+        return cls(**owned, facts=facts)
 
     def scalars(self) -> dict[str, Any]:
         """The top-level values that are one number, flag or string (W&B's and the reports'
@@ -269,3 +279,44 @@ def _owned(cls: type, row: dict[str, Any]) -> dict[str, Any]:
         "vs": vs,
         "by_category": {k: Metrics.from_json(v) for k, v in row.get("by_category", {}).items()},
     }
+
+
+def _check_types(cls: type, row: dict[str, Any]) -> None:
+    """ValueError naming the first field whose value has the wrong JSON type (a number as a
+    string, a list for a rate): read as it is, it fails far from the file, in a table."""
+    hints = get_type_hints(cls)
+    for name, value in row.items():
+        hint = hints[name]
+        kinds = tuple(
+            get_origin(k) or k for k in (get_args(hint) if isinstance(hint, UnionType) else (hint,))
+        )
+        if Any in kinds or (value is None and type(None) in kinds):
+            continue
+        kinds += (int,) if float in kinds else ()
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+            shown = " or ".join(k.__name__ for k in kinds if k is not int or float not in kinds)
+            raise ValueError(f"{name} is {value!r}, not {shown}")
+
+
+def non_finite(row: dict[str, Any], prefix: str = "") -> list[str]:
+    """`key=value` for every NaN or infinite number in `row`, nested keys dotted."""
+    found = []
+    for key, value in row.items():
+        if isinstance(value, dict):
+            found += non_finite(value, f"{prefix}{key}.")
+        elif isinstance(value, float) and not math.isfinite(value):
+            found.append(f"{prefix}{key}={value}")
+    return found
+
+
+def finite(row: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """`row` with every NaN or infinite number (top level, or in a dict under it) replaced by
+    None, so it reads as missing, and the `key=value` of each one replaced."""
+    out = {}
+    for key, value in row.items():
+        if isinstance(value, dict):
+            value = finite(value)[0]
+        elif isinstance(value, float) and not math.isfinite(value):
+            value = None
+        out[key] = value
+    return out, non_finite(row)

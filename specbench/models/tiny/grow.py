@@ -53,12 +53,19 @@ import math
 import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from itertools import chain
 from pathlib import Path
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, PretrainedConfig, PreTrainedModel
+from transformers import (
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from specbench import paths
 from specbench.models.eagle3 import Eagle3Drafter, aux_layer_ids, load_eagle3, save_eagle3
@@ -608,9 +615,15 @@ def build_grown_drafter(name: str, out: Path) -> None:
     _provenance(out, Grown(source, grown.growth, grown.saved, grown.on_gpu), model)
 
 
+def _tokenizer(source: Path) -> PreTrainedTokenizerBase:
+    """A grown model's tokenizer: its source checkpoint's, which growing leaves as it is."""
+    return AutoTokenizer.from_pretrained(source)
+
+
 def _register() -> None:
     for name, grown in GROWN.items():
-        register_builtin_model(name, sources=(paths.TINY_DIR / grown.source,))(
+        source = paths.TINY_DIR / grown.source
+        register_builtin_model(name, sources=(source,), tokenizer=partial(_tokenizer, source))(
             lambda out, name=name: build_grown(name, out)
         )
     for name, (source, target) in GROWN_DRAFTERS.items():
