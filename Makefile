@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 DEMO_ARGS ?=
 BENCH_ARGS ?= --size base --threads 1
 
-.PHONY: install demo test test-slow vllm test-vllm llamacpp llamacpp-avx2 test-llamacpp gpu-wheels lint bench tiny figures clean
+.PHONY: install demo test test-slow vllm test-vllm llamacpp llamacpp-avx2 test-llamacpp gpu-wheels lint bench tiny figures headline tex clean
 
 install: $(VENV)/.installed
 
@@ -24,8 +24,16 @@ demo: install
 # One test process per core (pytest-xdist); each worker keeps torch to one thread (conftest).
 # `make test` leaves out the tests marked slow (pyproject.toml names them), which `make test-slow`
 # runs; CI runs both.
-test: install
+test: install tex
 	$(BIN)/pytest -q -n auto -m "not slow and not vllm and not llamacpp"
+
+# A TeX engine for the test that compiles the committed LaTeX tables (booktabs is in Debian's
+# texlive-latex-recommended; about 150 MB from the distribution's mirror, once).
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+tex:
+	command -v pdflatex >/dev/null || { $(SUDO) apt-get update -q && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+		--no-install-recommends texlive-latex-base texlive-latex-recommended; }
 
 test-slow: install
 	$(BIN)/pytest -q -n auto -m slow
@@ -97,9 +105,13 @@ bench: install
 tiny: install
 	$(BIN)/specbench-tiny train --overwrite-committed
 
-# Every table and figure in experiments/ from the stored results (no model runs).
+# Every table and figure in experiments/ from the stored results (no model runs); `make
+# headline` also writes the headline table into README.md.
 figures: install
 	$(BIN)/specbench-report figures
+
+headline: install
+	$(BIN)/specbench-report figures --readme
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .llamacpp .llamacpp-avx2 .pytest_cache .ruff_cache

@@ -4,8 +4,8 @@ specbench-report --results results --out results/tables leaderboard   # also pri
 specbench-report pareto --task tiny_code --quality nll
 specbench-report acceptance             # histograms and per-position acceptance per cell
 specbench-report agreement              # cells run on two backends (specbench's, vLLM), compared
-specbench-report figures                # every spec in experiments/ and the README's headline
-                                        # table (also `make figures`)
+specbench-report figures                # every spec in experiments/ (also `make figures`);
+                                        # --readme: the README's headline table too
 specbench-report compare RUN_A RUN_B    # two cells on the same samples: paired differences
 specbench-report power --delta 0.05     # samples each cell needs to resolve a speedup difference
 """
@@ -116,6 +116,11 @@ def run(argv: list[str] | None) -> int:
     )
     f = sub.add_parser("figures", help="every spec in experiments/, from stored results only")
     f.add_argument("--specs", default=str(paths.EXPERIMENTS_DIR))
+    f.add_argument(
+        "--readme",
+        action="store_true",
+        help="also write the headline table into the repository's README.md (make headline)",
+    )
     c = sub.add_parser("compare", help="two cells on the same samples: paired differences")
     c.add_argument("a", help="a run directory, or a run id under --results")
     c.add_argument("b", help="a run directory, or a run id under --results")
@@ -140,7 +145,7 @@ def run(argv: list[str] | None) -> int:
         from specbench.report import figures
 
         try:
-            readme = paths.REPO_ROOT / "README.md"
+            readme = paths.REPO_ROOT / "README.md" if args.readme else None
             written = figures.build_all(Path(args.results), out, Path(args.specs), readme)
         except figures.MissingCells as err:
             print(f"specbench-report: {err}", file=sys.stderr)

@@ -5,6 +5,7 @@ Markdown, CSV (the intervals' ends as columns) and LaTeX."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,6 +123,39 @@ def intervals(runs: pd.DataFrame, task: str, frame: pd.DataFrame) -> Intervals:
     return Intervals(*ends)
 
 
+def boards(runs: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The tables a leaderboard holds, each with its title: one per experiment, task and
+    machine class, split where one would set a causal target's quality beside a diffusion
+    LLM's (another model's likelihood, not comparable) or lossless cells beside lossy ones.
+    Within one, a cell is one run id: no label repeats."""
+    keys = ["experiment", "task", "machine", "target.kind", "lossless"]
+    runs = runs.assign(**{k: runs[k] if k in runs else None for k in keys})
+    several = runs["machine"].nunique() > 1
+    found = []
+    for (experiment, task, klass, kind, lossless), rows in runs.groupby(keys, dropna=False):
+        family = [f"{kind} targets"] if pd.notna(kind) else []
+        parts = [experiment or "adhoc", task, *family, LOSSLESS[bool(lossless)]]
+        found.append((" · ".join([*parts, *([klass] if several else [])]), rows))
+    return found
+
+
+LOSSLESS = {True: "lossless", False: "lossy"}
+# counts beside each cell's metrics: its samples, and the stored copies of its run merged
+COUNTS = {"n_samples": "samples", "runs": "runs"}
+
+
+def with_counts(
+    frame: pd.DataFrame, marks: pd.DataFrame, rows: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`frame` and `marks` with the count columns first (never marked best); `runs` only
+    where some cell was stored more than once."""
+    shown = [c for c in COUNTS if c in rows and (c != "runs" or (rows[c] > 1).any())]
+    counts = _cells(rows, rows["task"].iloc[0])[shown]
+    counts = counts.rename(columns=COUNTS).astype(float)
+    unmarked = pd.DataFrame(False, index=counts.index, columns=counts.columns)
+    return pd.concat([counts, frame], axis=1), pd.concat([unmarked, marks], axis=1)
+
+
 @dataclass
 class Intervals:
     """The low and high ends of a table's values' intervals, shaped as the table."""
@@ -196,12 +230,49 @@ def markdown(
     return "\n".join([f"### {title}", "", header, rule, *lines, "", *note, f"_{env}_", ""])
 
 
+# LaTeX's specials, escaped (backslash first: the others' escapes hold one), and the
+# non-ASCII the labels use, as math or text commands pdflatex knows without extra packages
+TEX = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
+    "γ": r"$\gamma$",
+    "τ": r"$\tau$",
+    "·": r"\textperiodcentered{}",
+    "×": r"$\times$",
+    "≤": r"$\leq$",
+}
+
+
+def tex(text: str) -> str:
+    """`text` as LaTeX prints it: specials escaped, the labels' Greek letters as math."""
+    return "".join(TEX.get(ch, ch) for ch in str(text))
+
+
 def latex(
     frame: pd.DataFrame, marks: pd.DataFrame, title: str, env: str, ci: Intervals | None = None
 ) -> str:
+    """A booktabs table (needs `\\usepackage{booktabs}`) that compiles as it is: every cell
+    name, column name and the caption escaped; the notes under it as comments."""
     shown = _text(frame, marks, LATEX, ci)
-    shown.index = [cell.replace("γ", r"$\gamma$") for cell in shown.index]
-    body = shown.to_latex(escape=False, caption=title, label=f"tab:{title}")
+    shown.index = [tex(cell) for cell in shown.index]
+    shown.columns = [tex(column) for column in shown.columns]
+    label = re.sub(r"[^A-Za-z0-9]+", "-", title).strip("-")
+    body = shown.to_latex(
+        escape=False,
+        caption=tex(title),
+        label=f"tab:{label}",
+        column_format="l" + "r" * len(shown.columns),
+    )
     note = f"% {NOTE}\n" if ci is not None and ci.lo.notna().any().any() else ""
     return body + note + f"% {env}\n"
 
@@ -210,13 +281,16 @@ def write(runs: pd.DataFrame, out: Path, name: str = "leaderboard") -> list[Path
     """One Markdown, CSV and LaTeX file holding a table per task."""
     out.mkdir(parents=True, exist_ok=True)
     md, tex, csv = [], [], []
-    for task in sorted(runs["task"].unique()):
-        frame, directions = table(runs, task)
-        marks, ci = best(frame, directions), intervals(runs, task, frame)
-        env = " / ".join(sorted(runs.loc[runs["task"] == task, "env"].unique()))
-        md.append(markdown(frame, marks, task, env, ci))
-        tex.append(latex(frame, marks, task, env, ci))
-        csv.append(ci.csv(frame).assign(task=task))
+    for title, rows in boards(runs):
+        task = rows["task"].iloc[0]
+        frame, directions = table(rows, task)
+        ci = intervals(rows, task, frame)
+        frame, marks = with_counts(frame, best(frame, directions), rows)
+        ci = Intervals(ci.lo.reindex(columns=frame.columns), ci.hi.reindex(columns=frame.columns))
+        env = " / ".join(sorted(rows["env"].unique()))
+        md.append(markdown(frame, marks, title, env, ci))
+        tex.append(latex(frame, marks, title, env, ci))
+        csv.append(ci.csv(frame).assign(task=task, table=title))
     if runs["task"].nunique() > 1:  # cells run on several tasks: their speed, averaged
         frame, speed = overall(runs)
         marks = best(frame, speed)

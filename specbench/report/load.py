@@ -179,7 +179,7 @@ def by_machine(frame: pd.DataFrame) -> pd.DataFrame:
 def load_runs(root: str | Path) -> pd.DataFrame:
     """Every run directory under `root`; a cell stored twice in one experiment on one machine
     class (the same run id, e.g. a reference copy and a rerun) keeps the copy with more
-    samples."""
+    samples, and counts its copies in `runs`."""
     discover_schemas()  # the backends' configs name their cells (`backend`)
     rows = [read_run(run_dir) for run_dir in run_dirs(Path(root))]
     if not rows:
@@ -187,7 +187,9 @@ def load_runs(root: str | Path) -> pd.DataFrame:
             columns=["run_id", "experiment", "task", "method", "cell", "cell_id", "machine"]
         )
     frame = pd.DataFrame(rows).sort_values("n_samples", ascending=False)
-    frame = frame.drop_duplicates(["experiment", "run_id", "machine"])
+    stored = ["experiment", "run_id", "machine"]
+    frame["runs"] = frame.groupby(stored, dropna=False)["run_id"].transform("size")
+    frame = frame.drop_duplicates(stored)
     return frame.sort_values(["task", "method", "cell"]).reset_index(drop=True)
 
 

@@ -249,6 +249,12 @@ def code_continuations(
     return continuations
 
 
+def sampled(recipe: int, schedule: Schedule) -> int:
+    """The sequences a drafter's data step makes: the recipe's, or as many as its schedule
+    draws where that is fewer (a quick check's few steps need no full data set)."""
+    return min(recipe, schedule.steps * schedule.batch)
+
+
 def train_tiny_dflash(
     target: torch.nn.Module,
     mask_id: int,
@@ -270,11 +276,12 @@ def train_tiny_dflash(
         ids = continuations(split, n, prefix, new, seed)
         return ids, target_features(target, ids, layers)
 
+    schedule = Schedule(steps=steps, lr=1e-3)
+    recipe = {**recipe, "sequences": sampled(recipe["sequences"], schedule)}
     ids, features = data("train", recipe["sequences"], seed)
     torch.manual_seed(seed)
     drafter = dflash_drafter(target, recipe["layers"], layers, recipe["block"], mask_id)
     embedding = target.get_input_embeddings().weight.detach()
-    schedule = Schedule(steps=steps, lr=1e-3)
     losses = train_dflash(
         drafter, embedding, ids, features, prefix, schedule, seed, recipe["blocks"]
     )
@@ -304,6 +311,8 @@ def train_tiny_eagle3(
     the training-time test; saved in half precision in EAGLE's own layout, without embeddings
     (it reads the target's). The report's numbers are measured on the target's greedy
     continuations of validation-split prefixes."""
+    schedule = Schedule(steps=steps, batch=recipe["batch"], lr=3e-3, warmup=30)
+    recipe = {**recipe, "windows": sampled(recipe["windows"], schedule)}
     ttt_steps, window, prefix = recipe["steps"], recipe["window"], recipe["prefix"]
     layers = [layer - 1 for layer in recipe["aux_layer_ids"]]  # a layer's input: the one before
     ids = continuations("train", recipe["windows"], prefix, window - prefix, seed)
@@ -312,7 +321,6 @@ def train_tiny_eagle3(
     drafter = eagle3_drafter(target, recipe["aux_layer_ids"], recipe["draft_vocab"])
     draft_vocabulary(drafter, predicted)
     head_from_target(drafter, target)
-    schedule = Schedule(steps=steps, batch=recipe["batch"], lr=3e-3, warmup=30)
     losses = train_eagle3(drafter, ids, features, predicted, schedule, seed, ttt_steps)
     save_eagle3(cast(drafter, torch.float16), out)
     cast(drafter, torch.float32).eval()

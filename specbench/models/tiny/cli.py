@@ -3,7 +3,8 @@
 specbench-tiny train                     # tokenizer, tiny (target), tiny-ar, tiny-dlm, tiny-dflash,
                                          # tiny-eagle3
 specbench-tiny train --only tiny-dflash   # one drafter again, against the committed target
-specbench-tiny train --out /tmp/tiny --target-steps 50 --drafter-steps 20   # a quick check
+specbench-tiny train --out /tmp/tiny --target-steps 50 --drafter-steps 20 --dlm-steps 20 \
+    --dflash-steps 20 --eagle3-steps 20   # a quick check (the drafters' data shrinks with steps)
 specbench-tiny train --overwrite-committed   # rebuild the committed checkpoints (make tiny)
 specbench-tiny train --world math         # the math world: tiny-math (target), tiny-math-ar,
                                          # tiny-math-dlm, tiny-math-dflash, tiny-math-eagle3, tiny_math
@@ -16,11 +17,13 @@ else from the committed checkpoints.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
 from specbench import paths
 from specbench.errors import OneLineParser
+from specbench.interrupt import EXIT_CODE, on_ctrl_c
 
 STAGES = ("tiny", "tiny-ar", "tiny-dlm", "tiny-dflash", "tiny-eagle3", "tiny_code")
 MATH_STAGES = (
@@ -41,15 +44,25 @@ STEPS = {
 
 
 def train(args: argparse.Namespace) -> None:
-    """Train the stages `args` names (torch is imported only here)."""
-    if args.world == "math":
-        from specbench.models.tiny import math_world
+    """Train the stages `args` names (torch is imported only here); Ctrl-C is one line saying
+    what to rerun, not the traceback of wherever training was."""
+    try:
+        with on_ctrl_c():
+            if args.world == "math":
+                from specbench.models.tiny import math_world
 
-        math_world.train(args)
-    else:
-        from specbench.models.tiny import build
+                math_world.train(args)
+            else:
+                from specbench.models.tiny import build
 
-        build.train(args)
+                build.train(args)
+    except KeyboardInterrupt:
+        print(
+            f"specbench-tiny: interrupted; the stages that finished are in {args.out} "
+            "(rerun with --only and the stages left)",
+            file=sys.stderr,
+        )
+        raise SystemExit(EXIT_CODE) from None
 
 
 def positive(text: str) -> int:
