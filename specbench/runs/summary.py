@@ -270,10 +270,10 @@ def _owned(cls: type, row: dict[str, Any]) -> dict[str, Any]:
     its columns) and categories in it typed."""
     flat = {k: row.get(k) for k in BASELINE_COLUMNS.values()}
     row = {k: v for k, v in row.items() if k not in flat}
-    vs = {k: Versus(**_known(Versus, v)) for k, v in row.get("vs", {}).items()}
+    vs = {k: _typed(Versus, _known(Versus, v)) for k, v in row.get("vs", {}).items()}
     if flat["baseline_nfe"] is not None:  # the cell ran a baseline arm
         base = {name: flat[column] for name, column in BASELINE_COLUMNS.items()}
-        vs[BASELINE] = Versus(**{**base, "quality": base["quality"] or {}})
+        vs[BASELINE] = _typed(Versus, {**base, "quality": base["quality"] or {}})
     return {
         **_known(cls, row),
         "vs": vs,
@@ -296,6 +296,12 @@ def _check_types(cls: type, row: dict[str, Any]) -> None:
         if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
             shown = " or ".join(k.__name__ for k in kinds if k is not int or float not in kinds)
             raise ValueError(f"{name} is {value!r}, not {shown}")
+
+
+def _typed(cls: type, row: dict[str, Any]) -> Any:
+    """`cls(**row)`, once every value has its field's type."""
+    _check_types(cls, row)
+    return cls(**row)
 
 
 def non_finite(row: dict[str, Any], prefix: str = "") -> list[str]:
