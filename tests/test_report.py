@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
+import subprocess
 from dataclasses import asdict
 from pathlib import Path
 
@@ -131,8 +133,11 @@ def test_a_leaderboard_equals_hand_computed_values(tmp_path: Path) -> None:
     written = leaderboard.write(runs, tmp_path / "out")
     assert [p.suffix for p in written] == [".md", ".tex", ".csv"]
     text = written[0].read_text()
-    assert f"| {specdiff} | **2** |" in text and "_fixture machine (class unrecorded)_" in text
-    assert "\\textbf{2}" in written[1].read_text()
+    # one table (experiment, task, losslessness), each row's samples first, never marked
+    assert f"| {specdiff} | 2 | **2** |" in text and "_fixture machine (class unrecorded)_" in text
+    assert text.startswith("### adhoc · tiny_code · lossless\n")
+    tex = r"specdiff $\gamma$5 T1 \textperiodcentered{} tiny/tiny-dlm & 2 & \textbf{2} &"
+    assert tex in written[1].read_text()
 
 
 def test_the_leaderboard_command_prints_its_tables(tmp_path: Path, capsys) -> None:
@@ -549,3 +554,33 @@ def test_agreement_pairs_a_cell_across_backends_sample_by_sample(tmp_path: Path)
     assert "| vllm | 4 | 0.75 | 1/1 | 0.75 | 0/1 | 1.000 | 1.100 | +10.0% |" in (
         agreement.markdown(frame)
     )
+
+
+def test_committed_latex_tables_compile(tmp_path: Path) -> None:
+    """Every committed table, as a paper includes it, through a real TeX engine (`make tex`)."""
+    pdflatex = shutil.which("pdflatex")
+    assert pdflatex, "no pdflatex: `make tex` installs Debian's texlive-latex-recommended"
+    tables = sorted((paths.REPO_ROOT / "results" / "figures").glob("*.tex"))
+    assert tables
+    inputs = "".join(f"\\input{{{t}}}\\clearpage\n" for t in tables)
+    (tmp_path / "doc.tex").write_text(
+        "\\documentclass{article}\\usepackage[T1]{fontenc}\\usepackage{booktabs}\n"
+        f"\\begin{{document}}\n{inputs}\\end{{document}}\n"
+    )
+    done = subprocess.run(
+        [pdflatex, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, [line for line in done.stdout.splitlines() if line.startswith("!")]
+
+
+def test_the_default_leaderboard_repeats_no_label_within_a_table() -> None:
+    runs = by_machine(load_runs(paths.REPO_ROOT / "results"))
+    tables = leaderboard.boards(runs)
+    assert len(tables) > 1
+    for title, rows in tables:
+        frame, _ = leaderboard.table(rows, rows["task"].iloc[0])
+        assert frame.index.is_unique, title
