@@ -23,6 +23,7 @@ from specbench.models.tiny.grow import (
     XL,
     Growth,
     Residual,
+    build_grown,
     build_grown_drafter,
     grow_dflash,
     grow_dlm,
@@ -199,3 +200,16 @@ def test_a_built_in_whose_build_fails_leaves_nothing_in_the_cache(monkeypatch, t
     with pytest.raises(RuntimeError, match="the build failed"):
         resolve(ModelConfig(name="broken-build", name_or_path="specbench:broken-build"), "target")
     assert list((tmp_path / "models").iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["tiny-math-xl"])
+def test_the_math_worlds_grown_models_decode_as_their_sources(name: str, tmp_path: Path) -> None:
+    """The math world grows as the code world does: in float32 the grown target decodes the
+    first held-out problems greedily to its source's tokens (the build's own check, with the
+    source's tokenizer and the math task's prompts)."""
+    build_grown(name, tmp_path)
+    record = json.loads((tmp_path / "growth.json").read_text())
+    assert record["source"] == f"specbench:{XL[name].source}"
+    assert record["check"]["identical"] == record["check"]["prompts"] == 3
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    assert len(tokenizer) == len(AutoTokenizer.from_pretrained(paths.TINY_DIR / "tiny-math"))

@@ -11,6 +11,7 @@ import json
 import platform
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -134,14 +135,20 @@ def train_target(args: argparse.Namespace, out: Path) -> None:
     }
     save(target, tokenizer, out, report)
     shipped = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
-    report["validation"] = {
-        **evaluate_causal(shipped, token_stream(tokenizer, "validation")),
-        "answer_accuracy": accuracy(shipped, tokenizer, "validation", ACCURACY_PROBLEMS),
-        "answer_problems": ACCURACY_PROBLEMS,
-    }
+    report["validation"] = causal_validation(shipped, tokenizer)
     report["heldout"] = heldout_check(shipped, tokenizer)
     (out / "training.json").write_text(json.dumps(report, indent=2) + "\n")
     print("tiny-math validation:", report["validation"])
+
+
+def causal_validation(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> dict:
+    """A causal model's next-token loss and accuracy on the validation problems, and its greedy
+    answer accuracy on the first of them."""
+    return {
+        **evaluate_causal(model, token_stream(tokenizer, "validation")),
+        "answer_accuracy": accuracy(model, tokenizer, "validation", ACCURACY_PROBLEMS),
+        "answer_problems": ACCURACY_PROBLEMS,
+    }
 
 
 def heldout_check(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> dict:
@@ -213,11 +220,7 @@ def train_drafter(args: argparse.Namespace, target: PreTrainedModel, tokenizer, 
     }
     save(drafter, tokenizer, out, report)
     shipped = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
-    report["validation"] = {
-        **evaluate_causal(shipped, token_stream(tokenizer, "validation")),
-        "answer_accuracy": accuracy(shipped, tokenizer, "validation", ACCURACY_PROBLEMS),
-        "answer_problems": ACCURACY_PROBLEMS,
-    }
+    report["validation"] = causal_validation(shipped, tokenizer)
     finish(out, report, started)
 
 
@@ -261,6 +264,13 @@ def finish(out: Path, report: dict, started: float) -> None:
     print(f"{out.name} validation:", report["validation"])
 
 
+def timed(out: Path, trainer: Callable[..., dict], *inputs: object) -> None:
+    """A drafter stage of the code world's trainer (`build.py`), on the math world's data,
+    written to `out` with its training.json."""
+    started = time.time()
+    finish(out, trainer(*inputs, out), started)
+
+
 def heldout_rows() -> list[dict]:
     """task=tiny_math's samples: the held-out problems, their solutions kept as references."""
     return [
@@ -291,29 +301,15 @@ def train(args: argparse.Namespace) -> None:
         train_drafter(args, target, tokenizer, out / "tiny-math-ar")
     if "tiny-math-dlm" in stages:
         train_dlm_stage(args, target, tokenizer, out / "tiny-math-dlm")
+    continuations = math_continuations(target, tokenizer)
     if "tiny-math-dflash" in stages:
-        started = time.time()
-        report = train_tiny_dflash(
-            target,
-            tokenizer.mask_token_id,
-            math_continuations(target, tokenizer),
-            DFLASH,
-            args.dflash_steps,
-            args.seed + 3,
-            out / "tiny-math-dflash",
-        )
-        finish(out / "tiny-math-dflash", report, started)
+        mask = tokenizer.mask_token_id
+        seed = args.seed + 3
+        inputs = (target, mask, continuations, DFLASH, args.dflash_steps, seed)
+        timed(out / "tiny-math-dflash", train_tiny_dflash, *inputs)
     if "tiny-math-eagle3" in stages:
-        started = time.time()
-        report = train_tiny_eagle3(
-            target,
-            math_continuations(target, tokenizer),
-            EAGLE3,
-            args.eagle3_steps,
-            args.seed + 5,
-            out / "tiny-math-eagle3",
-        )
-        finish(out / "tiny-math-eagle3", report, started)
+        inputs = (target, continuations, EAGLE3, args.eagle3_steps, args.seed + 5)
+        timed(out / "tiny-math-eagle3", train_tiny_eagle3, *inputs)
     if "tiny_math" in stages:
         with (out / "tiny_math.jsonl").open("w") as fh:
             fh.writelines(json.dumps(row) + "\n" for row in heldout_rows())
