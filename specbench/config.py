@@ -94,6 +94,9 @@ class LoggingConfig:
 class RunConfig:
     max_new_tokens: int | None = None  # null: each task's own default
     limit: int | None = None
+    # decodings of the whole sample set (trials), each recorded: the spread between them is
+    # the machine's drift, which one trial's interval over samples does not hold
+    repeats: int = 1
     seed: int = 0
     warmup: int = 2  # untimed decodes of each arm before measuring
     baseline: bool = True
@@ -227,6 +230,7 @@ def check_run(run: RunConfig) -> None:
             f"allowed: {', '.join(ENGINES)}",
         ),
         ("run.concurrency", run.concurrency, run.concurrency >= 1, "must be an integer >= 1"),
+        ("run.repeats", run.repeats, run.repeats >= 1, "must be an integer >= 1"),
     ]
     for key, value, ok, allowed in checks:
         if not ok:

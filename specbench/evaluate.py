@@ -1,5 +1,7 @@
 """The warm-up, then the loop over samples: per sample every arm (baseline, method, references; the
 order rotating, same seed), scoring, and one `Record` appended the moment the sample is done.
+With `run.repeats` N the whole sample set is decoded N times, trial after trial, each sample's
+record keyed by its trial; the arm leading a sample rotates from one trial to the next.
 
 With `run.concurrency` c > 1 (a serving engine's arms) the samples go in waves of `WAVE * c`:
 each arm in turn decodes the whole wave with c requests in flight (the next sent as one ends, as
@@ -184,7 +186,8 @@ def warm_up(job: Job, store: RunStore) -> tuple[float, list[Record]]:
     seconds (under the compiled engine they build a diffusion model's graphs) and their
     records, whose acceptance the cost model reads before the timed arms (`pipeline.foresee`;
     none for another engine's arms, whose records measure ties)."""
-    todo = [s for s in job.samples if s.id not in store.done]
+    left = {s.id for trial in range(job.run.repeats) for s in pending(job, store, trial)}
+    todo = [s for s in job.samples if s.id in left]
     started, records = time.perf_counter(), []
     for i in range(job.run.warmup if todo else 0):
         sample = todo[i % len(todo)]
@@ -208,30 +211,49 @@ def decode_wave(job: Job, decoder: Decoder, wave: list[Sample]) -> list[Decoded]
         pool.shutdown(wait=False, cancel_futures=True)
 
 
+def pending(job: Job, store: RunStore, trial: int) -> list[Sample]:
+    """The samples trial `trial` has not yet recorded."""
+    return [s for s in job.samples if (s.id, trial) not in store.done]
+
+
+def waves_of(job: Job, store: RunStore) -> list[tuple[int, int, list[Sample]]]:
+    """The waves still to decode, as (trial, the arm order's rotation, samples). The rotation
+    is the wave's place in its trial plus the trial, so each arm leads in turn within a trial
+    and a sample's leading arm moves on from one trial to the next."""
+    size = 1 if job.run.concurrency == 1 else WAVE * job.run.concurrency
+    out = []
+    for trial in range(job.run.repeats):
+        todo = pending(job, store, trial)
+        out += [
+            (trial, k + trial, todo[i : i + size]) for k, i in enumerate(range(0, len(todo), size))
+        ]
+    return out
+
+
 def evaluate(job: Job, store: RunStore, mirror: WandbMirror) -> None:
-    todo = [s for s in job.samples if s.id not in store.done]
-    if not todo:
+    waves = waves_of(job, store)
+    if not waves:
         return
     arms = running(job)
-    size = 1 if job.run.concurrency == 1 else WAVE * job.run.concurrency
-    waves = [todo[i : i + size] for i in range(0, len(todo), size)]
 
     tokens = seconds = calls = 0.0
     names = list(arms)
     # closed as an interrupt leaves, so the bar's last line comes before the one saying so
     with tqdm(
-        total=len(todo),
+        total=sum(len(wave) for _, _, wave in waves),
         desc="samples",
         unit="sample",
         disable=not job.run.progress,
         dynamic_ncols=True,
     ) as bar:
-        for k, wave in enumerate(waves):
+        for trial, turn, wave in waves:
             interrupt.check()
-            order = names[k % len(names) :] + names[: k % len(names)]  # each arm leads in turn
+            lead = turn % len(names)
+            order = names[lead:] + names[:lead]  # each arm leads in turn
             decoded = {name: decode_wave(job, arms[name], wave) for name in order}
             for i, sample in enumerate(wave):
                 rec = record(job, sample, {name: runs[i] for name, runs in decoded.items()})
+                rec.trial = trial
                 store.append(rec)
                 mirror.log_sample(rec)
                 tokens += rec.method.new_tokens

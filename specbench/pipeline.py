@@ -25,7 +25,7 @@ from specbench.errors import ConfigError
 from specbench.evaluate import Arms, Job, evaluate, warm_up
 from specbench.method import Method
 from specbench.metrics import intervals
-from specbench.metrics.summary import summarize
+from specbench.metrics.summary import by_trial, summarize
 from specbench.models import loading
 from specbench.models.kinds import kind_of
 from specbench.registry import BACKEND_CONFIGS, BACKENDS, METHODS, discover
@@ -256,16 +256,27 @@ def prepare(cfg: DictConfig, loaded: TaskSamples | None = None) -> Plan:
     )
 
 
+def wanted(plan: Plan) -> set[tuple[str, int]]:
+    """The (sample id, trial) keys this cell's summary is made of: `run.limit` samples times
+    `run.repeats` trials (a directory may hold more, from a run with larger ones)."""
+    return {(s.id, trial) for s in plan.samples for trial in range(plan.config.run.repeats)}
+
+
+def wanted_records(plan: Plan) -> list[Record]:
+    keys = wanted(plan)
+    return [r for r in plan.store.records if r.key in keys]
+
+
 def summarise(plan: Plan, job: Job, env: dict[str, Any]) -> Summary:
     """The summary of the cell's records: who it is, what its losslessness means, every metric,
     and the cost model's prediction."""
     method, config = plan.method, plan.config
-    wanted = {s.id for s in plan.samples}
-    records = [r for r in plan.store.records if r.id in wanted]
+    records = wanted_records(plan)
     metrics = summarize(records, greedy=method.warp.greedy, round_unit=method.round_unit)
     summary = Summary.of(
         intervals.with_intervals(metrics, records),
         bootstrap=intervals.settings(),
+        by_trial=by_trial(records, greedy=method.warp.greedy, round_unit=method.round_unit),
         run_id=plan.run_id,
         method=method.name,
         label=method.label(),
@@ -294,8 +305,9 @@ def execute(plan: Plan) -> Summary:
     The run directory's lock is released when this returns or fails, so a run waiting for it
     (`run.wait_lock`) then resumes from what this one recorded."""
     try:
-        done = plan.store.finished({s.id for s in plan.samples})
-        complete = done is not None and done.n_samples == len(plan.samples)
+        keys = wanted(plan)
+        done = plan.store.finished(keys)
+        complete = done is not None and done.n_samples == len(keys)
         summary = done if complete else measure(plan)
     finally:
         plan.store.close()
@@ -378,5 +390,5 @@ def measure_arms(plan: Plan, target: Any, arms: Arms, engine: dict) -> Summary:
         print(load.warning(env["load"]), file=sys.stderr)
     summary = summarise(plan, job, env)
     plan.store.write_json("summary.json", summary.to_json())
-    mirror.finish([r for r in plan.store.records if r.id in {s.id for s in plan.samples}], summary)
+    mirror.finish(wanted_records(plan), summary)
     return summary

@@ -28,6 +28,7 @@ from specbench.config import check_knobs, refuse_stray_keys
 from specbench.errors import ConfigError, user_line
 from specbench.interrupt import EXIT_CODE, on_ctrl_c
 from specbench.registry import discover_schemas
+from specbench.runs.record import key_of
 from specbench.runs.store import existing_writable, read_records
 from specbench.runs.sweep import SweepSummary, write_outcome
 from specbench.tasks.load import load_samples
@@ -136,8 +137,10 @@ def interrupted(plan: Any) -> int:
     if plan is None:
         say("interrupted before the run directory was opened; nothing was recorded")
     else:
-        wanted = {s.id for s in plan.samples}
-        done = len({r["id"] for r in read_records(plan.store.records_path)} & wanted)
+        from specbench.pipeline import wanted as keys  # imported already: there is a plan
+
+        wanted = keys(plan)
+        done = len({key_of(r) for r in read_records(plan.store.records_path)} & wanted)
         say(
             f"interrupted: {done} of {len(wanted)} samples recorded in {plan.store.run_dir}; "
             "rerun the same command to resume"

@@ -93,14 +93,16 @@ def at(columns: dict[str, Any], path: tuple[str, ...]) -> Any:
 
 
 def _rates(records: list[Record], metrics: Metrics) -> dict[tuple[str, ...], list[float]]:
-    """Wilson intervals of the summary's shares of samples."""
-    n = len(records)
+    """Wilson intervals of the summary's shares of samples. A repeated run's trials of one
+    sample are not independent trials: the count is scaled to its distinct samples."""
+    n = len({r.id for r in records})
+    per_sample = n / len(records)
     shares = {_flat(BASELINE, ("tie_flip_rate",)): sum(bool(r.tie_flip) for r in records)}
     for arm in metrics.vs:
         others = [r.baseline if arm == BASELINE else r.references[arm] for r in records]
         equal = sum(r.method.output_ids == o.output_ids for r, o in zip(records, others))
         shares[_flat(arm, ("identical_rate",))] = equal
-    return {path: wilson(k, n, BOOTSTRAP.level) for path, k in shares.items()}
+    return {path: wilson(k * per_sample, n, BOOTSTRAP.level) for path, k in shares.items()}
 
 
 def columns(records: list[Record], metrics: Metrics) -> dict[str, np.ndarray]:
@@ -118,6 +120,19 @@ def columns(records: list[Record], metrics: Metrics) -> dict[str, np.ndarray]:
     for arm, versus in metrics.vs.items():
         arms = [r.baseline if arm == BASELINE else r.references[arm] for r in records]
         out.update(_arm_columns(arms, f"{arm}:", sorted(versus.quality)))
+    return out
+
+
+def by_sample(columns: dict[str, np.ndarray], ids: list[str]) -> dict[str, np.ndarray]:
+    """Per-record columns summed per sample id, in the order the ids first appear: a repeated
+    run's trials of one sample (`run.repeats`) are drawn together, since they share its length
+    and difficulty. Every statistic is a ratio of column sums, so its point is unchanged."""
+    rows = {i: n for n, i in enumerate(dict.fromkeys(ids))}
+    where = np.asarray([rows[i] for i in ids])
+    out = {}
+    for name, column in columns.items():
+        out[name] = np.zeros(len(rows))
+        np.add.at(out[name], where, column)
     return out
 
 
@@ -139,13 +154,14 @@ def key(path: tuple[str, ...]) -> str:
 
 
 def intervals(records: list[Record], metrics: Metrics) -> dict[str, list[float]]:
-    """The interval of every point `metrics` holds (computed from these records) that has
-    one; none from fewer than `MIN_SAMPLES` samples."""
-    if len(records) < MIN_SAMPLES:
+    """The interval of every point `metrics` holds (computed from these records, every trial
+    of each sample) that has one; none from fewer than `MIN_SAMPLES` samples."""
+    ids = [r.id for r in records]
+    if len(set(ids)) < MIN_SAMPLES:
         return {}
     shown = metrics.columns()
     wanted = {p: s for p, s in statistics(metrics).items() if at(shown, p) is not None}
-    found = BOOTSTRAP.intervals(columns(records, metrics), wanted)
+    found = BOOTSTRAP.intervals(by_sample(columns(records, metrics), ids), wanted)
     found.update({p: ci for p, ci in _rates(records, metrics).items() if at(shown, p) is not None})
     return {key(p): ci for p, ci in found.items() if ci is not None}
 

@@ -219,3 +219,21 @@ def summarize(
             for c in (categories if by_category else [])
         },
     )
+
+
+# the points each trial of a repeated run reports on its own (`by_trial`)
+TRIAL_POINTS = ("speedup", "tok_s", "baseline_tok_s")
+
+
+def by_trial(records: list[Record], greedy: bool, round_unit: str | None) -> dict[str, list]:
+    """Each trial's own `TRIAL_POINTS`, trial by trial, where the records hold more than one
+    trial (`run.repeats`): the machine's drift between trials shows in their spread, where the
+    pooled point and its interval over samples average it away. Empty for one trial."""
+    trials = sorted({r.trial for r in records})
+    if len(trials) < 2:
+        return {}
+    parts = [
+        summarize([r for r in records if r.trial == t], greedy, round_unit, False).columns()
+        for t in trials
+    ]
+    return {point: [part[point] for part in parts] for point in TRIAL_POINTS}

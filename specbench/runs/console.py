@@ -4,6 +4,7 @@ beside the baseline's, what losslessness is with respect to, and the other arms.
 from __future__ import annotations
 
 import shutil
+import statistics
 from typing import Any
 
 from rich.console import Console
@@ -71,6 +72,29 @@ def _serving_line(summary: Summary) -> str:
     )
 
 
+def _drawn(summary: Summary) -> str:
+    """What the bootstrap drew: samples, and with them each sample's trials."""
+    if summary.trials == 1:
+        return f"{summary.n_samples} samples"
+    samples = summary.n_samples // summary.trials
+    return f"{samples} samples, each with its {summary.trials} trials"
+
+
+def _trials_line(summary: Summary) -> str:
+    """Each trial's speedup and tok/s, and their range and SD beside the pooled interval: drift
+    between trials that the interval over samples does not hold."""
+    speedups = [v for v in summary.by_trial["speedup"] if v is not None]
+    tok_s = " ".join(f"{v:.1f}" for v in summary.by_trial["tok_s"])
+    if not speedups:
+        return f"trials: tok/s {tok_s}"
+    pooled = _fmt(summary.base.speedup, ".2f", summary.intervals.get("speedup"))
+    return (
+        f"trials: speedup {' '.join(f'{v:.2f}' for v in speedups)} (range "
+        f"{min(speedups):.2f}-{max(speedups):.2f}, SD {statistics.stdev(speedups):.2f}; pooled "
+        f"{pooled}), tok/s {tok_s}"
+    )
+
+
 def print_summary(summary: Summary, run_dir: Any) -> None:
     table = Table(title=f"{summary.run_id}  ({summary.label})")
     for col in ("", *COLUMNS):
@@ -135,11 +159,13 @@ def print_summary(summary: Summary, run_dir: Any) -> None:
             f"predicted speedup {summary.predicted_speedup:.2f} from acceptance and forward "
             f"costs (measured {measured}, gap {summary.prediction_gap:+.0%}){flag}"
         )
+    if summary.by_trial:
+        console.print(_trials_line(summary))
     if summary.intervals:
         settings = summary.bootstrap
         console.print(
             f"[dim]intervals: {settings['level']:.0%}, paired bootstrap over the "
-            f"{summary.n_samples} samples ({settings['resamples']} resamples, seed "
+            f"{_drawn(summary)} ({settings['resamples']} resamples, seed "
             f"{settings['seed']}); shares of samples: Wilson[/dim]"
         )
     if summary.contended:

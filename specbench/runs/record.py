@@ -73,6 +73,11 @@ class Arm:
         return self.wall_s - self.ttft_s
 
 
+def key_of(row: dict[str, Any]) -> tuple[str, int]:
+    """A stored record's key, read from its JSON row: its sample id and its trial."""
+    return row["id"], row.get("trial", 0)
+
+
 @dataclass
 class Record:
     id: str
@@ -94,9 +99,22 @@ class Record:
     first_divergence: int | None = None  # first index where method and baseline tokens differ
     divergence_gap: float | None = None  # the baseline target's top-2 logit gap there
     tie_flip: bool | None = None  # whether that gap is within `tie_tolerance`
+    # which decoding of the whole sample set this is (`run.repeats`): a record is keyed by
+    # (sample, trial), so a resumed run neither redoes nor repeats a trial's sample
+    trial: int = 0
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """What `records.jsonl` is keyed by: as `key_of` reads it from the stored row."""
+        return self.id, self.trial
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record as `records.jsonl` holds it; trial 0 is left out, so a run of one trial
+        writes the records it wrote before trials existed."""
+        row = asdict(self)
+        if not self.trial:
+            del row["trial"]
+        return row
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> Record:

@@ -1,8 +1,8 @@
 """Append-only per-sample records with resume: the local files are the source of truth.
 
-A run directory holds `config.yaml` (resolved), `records.jsonl` (one line per finished sample,
-written and fsynced as it finishes), `summary.json`, `env.json`, `wandb-id` (the W&B run it
-mirrors to) and `lock`. One process at a time writes there: it holds `lock` (flock, dropped by
+A run directory holds `config.yaml` (resolved), `records.jsonl` (one line per finished sample
+and trial, written and fsynced as it finishes), `summary.json`, `env.json`, `wandb-id` (the W&B
+run it mirrors to) and `lock`. One process at a time writes there: it holds `lock` (flock, dropped by
 the OS when the process dies, so a crashed run leaves no stale lock). Every file but the
 records is replaced whole (temp file, fsync, rename), so a crash or a full disk leaves the old
 one; a records line cut short is dropped on resume. The directory stays resumable after any of
@@ -36,7 +36,7 @@ from specbench.runs.summary import Summary
 # Keys that change how a run is driven or displayed but not what any record means: changing
 # them resumes the same run directory instead of starting a new one.
 VOLATILE_KEYS = {
-    "run": {"limit", "progress", "results_dir", "name", "experiment", "wait_lock"},
+    "run": {"limit", "repeats", "progress", "results_dir", "name", "experiment", "wait_lock"},
     "logging": None,
 }
 
@@ -316,7 +316,7 @@ class RunStore:
         self.config = config
         self.records_path = run_dir / "records.jsonl"
         self.records = load_records(self.records_path, run_id)
-        self.done = {r.id for r in self.records}
+        self.done = {r.key for r in self.records}  # (sample id, trial)
         self._held = held
         self._fd: int | None = None
 
@@ -352,14 +352,14 @@ class RunStore:
             _write_all(self._fd, (json.dumps(record.to_json()) + "\n").encode("utf-8"))
             os.fsync(self._fd)
         self.records.append(record)
-        self.done.add(record.id)
+        self.done.add(record.key)
 
-    def finished(self, ids: set[str]) -> Summary | None:
-        """The stored summary when every sample in `ids` is recorded and summarised: a rerun
-        of a complete cell then loads no model. A summary that cannot be read is one line
-        naming it (moving it aside makes the rerun summarise the records again)."""
+    def finished(self, keys: set[tuple[str, int]]) -> Summary | None:
+        """The stored summary when every (sample, trial) in `keys` is recorded and summarised:
+        a rerun of a complete cell then loads no model. A summary that cannot be read is one
+        line naming it (moving it aside makes the rerun summarise the records again)."""
         summary = self.run_dir / "summary.json"
-        if not (ids <= self.done and summary.exists()):
+        if not (keys <= self.done and summary.exists()):
             return None
         try:
             return Summary.from_json(json.loads(summary.read_text()))

@@ -211,6 +211,14 @@ class Summary(Metrics):
     contended: bool | None = None
     schema: int = SCHEMA
     bootstrap: dict[str, Any] = field(default_factory=dict)  # how `intervals` were made
+    # a repeated run's (`run.repeats`) speedup and tokens per second of each trial, by point
+    # name (`metrics.summary.by_trial`); empty for one trial
+    by_trial: dict[str, list[float | None]] = field(default_factory=dict)
+
+    @property
+    def trials(self) -> int:
+        """Decodings of the sample set summarised: `n_samples` counts every trial's."""
+        return len(self.by_trial.get("tok_s", [])) or 1
 
     @classmethod
     def of(cls, metrics: Metrics, **identity: Any) -> Summary:
