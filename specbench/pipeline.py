@@ -293,11 +293,12 @@ def summarise(plan: Plan, job: Job, env: dict[str, Any]) -> Summary:
         load=env.get("load", {}),
         contended=load.contended(env.get("load", {})),
     )
-    fit = records and summary.base and summary.base.speedup and not summary.contended
-    if fit and backend_of(config).predicts:
-        prompt = plan.prompt_ids[plan.samples[0].id]
-        summary = replace(summary, **method.cost_model(job.arms.method, prompt, summary))
-    return summary
+    if not (records and summary.base and summary.base.speedup and backend_of(config).predicts):
+        return summary
+    if summary.contended:  # its forward costs would be timed beside the same other work
+        return replace(summary, prediction_refused=load.REFUSED)
+    prompt = plan.prompt_ids[plan.samples[0].id]
+    return replace(summary, **method.cost_model(job.arms.method, prompt, summary))
 
 
 def execute(plan: Plan) -> Summary:
@@ -333,7 +334,7 @@ def foresee(plan: Plan, job: Job, warmed: list[Record], env: dict[str, Any]) -> 
     if not (metrics.base and metrics.base.speedup):  # the block model compares with it
         return
     model = method.cost_model(job.arms.method, plan.prompt_ids[warmed[0].id], metrics)
-    if model and model["predicted_speedup"] < 1:
+    if model.get("predicted_speedup", 1) < 1:
         dtype = str(job.target.model.dtype).removeprefix("torch.")
         print(
             f"specbench: warning: predicted {model['predicted_speedup']:.2f}x before timing: "

@@ -55,6 +55,53 @@ def median_ms(
     return statistics.median(times)
 
 
+# a forward timed more than this many times one of the same kind that reads more tokens (or
+# rows) is not a cost of this machine but of what else ran beside the timing: a one-token step
+# timed 4x a 5-token verify once predicted 5.91x where 0.57x was measured (issue 56)
+SLOWER = 1.2
+RETIMES = 2  # timings taken again while they stay inconsistent, before the model is refused
+
+
+def _sized(name: str) -> tuple[str, int] | None:
+    """A forward's kind and size from its name: `target_5` -> (target, 5), `call_4_rows` ->
+    (call, 4); None for a cost without a size (`drafter_call`)."""
+    kind, _, rest = name.partition("_")
+    size = rest.split("_")[0]
+    return (kind, int(size)) if kind in ("target", "call") and size.isdigit() else None
+
+
+def inconsistent(forward_ms: dict[str, float]) -> str | None:
+    """What is wrong with these forward costs, in words: a forward timed more than `SLOWER`
+    times a larger one of its kind; None where each is in order."""
+    sized = {name: size for name in forward_ms if (size := _sized(name))}
+    for small, (kind, n) in sized.items():
+        for large, (other, m) in sized.items():
+            ratio = forward_ms[small] / forward_ms[large]
+            if kind == other and n < m and ratio > SLOWER:
+                return (
+                    f"{small} timed {forward_ms[small]:.2f} ms, {ratio:.1f}x {large} "
+                    f"({forward_ms[large]:.2f} ms)"
+                )
+    return None
+
+
+def consistent(timings: Callable[[], dict[str, float]]) -> tuple[dict[str, float], str | None]:
+    """Forward costs from `timings`, taken again up to `RETIMES` times while `inconsistent`:
+    the last ones, and what is still wrong with them (None: usable)."""
+    forward_ms = timings()
+    for _ in range(RETIMES):
+        if inconsistent(forward_ms) is None:
+            break
+        forward_ms = timings()
+    return forward_ms, inconsistent(forward_ms)
+
+
+def refused(forward_ms: dict[str, float], wrong: str) -> dict[str, Any]:
+    """No prediction from inconsistent forward costs: the costs, and why, for the summary."""
+    why = f"forward costs inconsistent after {RETIMES} re-timings: {wrong}"
+    return {"forward_ms": forward_ms, "prediction_refused": why}
+
+
 def verdict(
     predicted: float, measured: float | None, interval: list[float] | None = None
 ) -> dict[str, Any]:
@@ -135,11 +182,12 @@ def speculative(
 
     nfe = [draft(prompt_ids)]
     drafter_ms = median_ms(lambda: nfe.append(draft(next(contexts))), target.device)
-    forward_ms = {
-        "target_1": verify(1),
-        f"target_{verified + 1}": verify(verified + 1),
-        "drafter_call": drafter_ms / max(1, statistics.median(nfe)),
-    }
+    forward_ms, wrong = consistent(
+        lambda: {"target_1": verify(1), f"target_{verified + 1}": verify(verified + 1)}
+    )
+    forward_ms["drafter_call"] = drafter_ms / max(1, statistics.median(nfe))
+    if wrong:
+        return refused(forward_ms, wrong)
     calls = summary.nfe_drafter * summary.n_samples / rounds
     predicted = predict_speculative(summary.accept_by_position[:n], calls, forward_ms, verified)
     return {
@@ -179,12 +227,16 @@ def block(decoder: Any, prompt_ids: list[int], summary: Metrics) -> dict[str, An
     decoder.begin()  # a fresh reading through the decoder's cache, as a generation starts
     decoder.logits(canvas, lo, lo + width)  # fills a prefix cache once, as decoding does
     rows = max(1, round(summary.positions_per_call / summary.base.positions_per_call))
-    forward_ms = {
-        "call_1_row": median_ms(lambda: decoder.logits(canvas, lo, lo + width), target.device),
-        f"call_{rows}_rows": median_ms(
-            lambda: decoder.verify_call(canvas, lo, lo + width, rows), target.device
-        ),
-    }
+    forward_ms, wrong = consistent(
+        lambda: {
+            "call_1_row": median_ms(lambda: decoder.logits(canvas, lo, lo + width), target.device),
+            f"call_{rows}_rows": median_ms(
+                lambda: decoder.verify_call(canvas, lo, lo + width, rows), target.device
+            ),
+        }
+    )
+    if wrong:
+        return refused(forward_ms, wrong)
     predicted = (summary.tpf / summary.base.tpf) * (
         forward_ms["call_1_row"] / forward_ms[f"call_{rows}_rows"]
     )

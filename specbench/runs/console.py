@@ -159,6 +159,8 @@ def print_summary(summary: Summary, run_dir: Any) -> None:
             f"predicted speedup {summary.predicted_speedup:.2f} from acceptance and forward "
             f"costs (measured {measured}, gap {summary.prediction_gap:+.0%}){flag}"
         )
+    if summary.prediction_refused:
+        console.print(f"[yellow]no predicted speedup[/yellow]: {summary.prediction_refused}")
     if summary.by_trial:
         console.print(_trials_line(summary))
     if summary.intervals:

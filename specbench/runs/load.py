@@ -23,6 +23,8 @@ from typing import Any
 # other processes' share of all cores' CPU time, or stolen time, above which a run's timings
 # shared the machine
 CONTENDED = {"others": 0.25, "steal": 0.05}
+# a contended summary's `prediction_refused`: the cost model is not fitted on its timings
+REFUSED = "contended: other processes shared the machine with the timed arms"
 WINDOW_S = 0.5  # the span sampled before and after the timed arms
 MEASURABLE_S = 0.1  # all cores' seconds below which the counters' ticks say nothing
 

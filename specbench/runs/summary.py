@@ -205,6 +205,9 @@ class Summary(Metrics):
     predicted_speedup: float | None = None
     prediction_gap: float | None = None
     prediction_flag: bool | None = None
+    # why the cost model made no prediction: the run was contended, or its forwards timed
+    # inconsistently after re-timing (`decoding.cost.consistent`); None where it made one
+    prediction_refused: str | None = None
     # the machine's load before, across and after the timed arms (`runs.load`), and whether
     # other work shared the machine with them (None: not sampled, as before schema 2)
     load: dict[str, Any] = field(default_factory=dict)
