@@ -49,9 +49,20 @@ def speed_columns(rows: pd.DataFrame) -> dict[str, bool]:
 
 
 def _cells(runs: pd.DataFrame, task: str) -> pd.DataFrame:
-    """The task's runs, indexed by their display names."""
+    """The task's runs, indexed by their display names (a contended run's marked)."""
     rows = runs[runs["task"] == task]
-    return rows.assign(cell=disambiguate(rows, "run_id")).set_index("cell")
+    return rows.assign(cell=contended_marked(rows, disambiguate(rows, "run_id"))).set_index("cell")
+
+
+CONTENDED = " (contended)"  # after the name of a run whose timed arms shared the machine
+
+
+def contended_marked(rows: pd.DataFrame, names: pd.Series) -> pd.Series:
+    """`names`, `CONTENDED` after each run marked contended (`runs.load`): its speed is not
+    this cell's on an idle machine, and should not be read beside the others unmarked."""
+    if "contended" not in rows:
+        return names
+    return names.where(~rows["contended"].eq(True), names + CONTENDED)
 
 
 def table(runs: pd.DataFrame, task: str) -> tuple[pd.DataFrame, dict[str, bool]]:
