@@ -44,7 +44,7 @@ class Listed:
     """The run store's and W&B mirror's part `evaluate` uses, in memory."""
 
     def __init__(self):
-        self.done: set[str] = set()
+        self.done: set[tuple[str, int]] = set()
         self.records: list[Record] = []
 
     def append(self, rec: Record) -> None:
@@ -72,7 +72,7 @@ def job_of(concurrency: int, n: int, log: list) -> Job:
         tokenizer=SimpleNamespace(decode=lambda ids, skip_special_tokens: str(ids)),
         stop=Stop(frozenset()),
         device=torch.device("cpu"),
-        run=SimpleNamespace(seed=0, concurrency=concurrency, progress=False),
+        run=SimpleNamespace(seed=0, concurrency=concurrency, repeats=1, progress=False),
         max_new=3,
     )
 

@@ -77,7 +77,7 @@ def test_reopening_resumes_and_appends(tmp_path: Path) -> None:
     store.append(record("a"))
     store.close()
     again = RunStore.open(config(tmp_path, limit=50), "run")  # limit is not part of the identity
-    assert again.done == {"a"} and again.records == [record("a")]  # read back as written
+    assert again.done == {("a", 0)} and again.records == [record("a")]  # read back as written
     again.append(record("b"))
     again.close()
     lines = (tmp_path / "adhoc" / "run" / "records.jsonl").read_text().splitlines()
@@ -173,7 +173,7 @@ def test_wait_lock_waits_for_the_holder_and_then_resumes(tmp_path: Path) -> None
     held.append(record("a"))
     held.close()
     waiter.join(10)
-    assert opened and opened[0].done == {"a"}  # it sees what the holder recorded
+    assert opened and opened[0].done == {("a", 0)}  # it sees what the holder recorded
     opened[0].close()
 
 
@@ -205,7 +205,7 @@ def test_a_full_disk_mid_record_is_one_line_and_the_rerun_resumes(
     assert str(store.records_path) in line and "rerun" in line
     monkeypatch.undo()  # space freed
     again = RunStore.open(config(tmp_path), "run")
-    assert again.done == {"a"}  # the half-written line is dropped
+    assert again.done == {("a", 0)}  # the half-written line is dropped
     again.append(record("b"))
     again.close()
     ids = [json.loads(x)["id"] for x in store.records_path.read_text().splitlines()]
