@@ -124,14 +124,16 @@ def load_records(path: Path, run_id: str, repair: bool = True) -> list[Record]:
 
 
 def _once_each(records: list[Record]) -> None:
-    """ValueError naming the first sample id recorded twice, with both lines."""
-    first: dict[str, int] = {}
+    """ValueError naming the first (sample, trial) recorded twice, with both lines."""
+    first: dict[tuple[str, int], int] = {}
     for line, record in enumerate(records, start=1):
-        if record.id in first:
+        if record.key in first:
+            trial = f" (trial {record.trial})" if record.trial else ""
             raise ValueError(
-                f"line {line} records sample {record.id!r} again (first at line {first[record.id]})"
+                f"line {line} records sample {record.id!r}{trial} again (first at line "
+                f"{first[record.key]})"
             )
-        first[record.id] = line
+        first[record.key] = line
 
 
 def _record(row: Any, line: int) -> Record:
