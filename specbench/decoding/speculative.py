@@ -38,6 +38,12 @@ class Drafter(ABC):
     def draft(self, context: list[int], n: int, generator: torch.Generator) -> Draft:
         """Up to `n` tokens to follow `context` (fewer at a stop token)."""
 
+    def finish(self, context: list[int]) -> None:
+        """The generation's whole sequence once it ends (prompt and emitted tokens): a drafter
+        that learns from outputs (SuffixDecoding's trees) takes the last round's tokens here;
+        others ignore it."""
+        return None
+
     def observe(self, hidden: torch.Tensor) -> None:
         """The `hidden_layers` outputs [positions, len(layers) * hidden] at the positions the
         last verification committed to the target's cache: the prompt in the first round,
@@ -130,6 +136,7 @@ class SpeculativeDecoder:
             gamma = self.schedule.next(gamma, len(path), draft)
             if stopped:
                 break
+        drafter.finish(prompt_ids + tokens)
         return meter.generation(
             tokens,
             emitted,
